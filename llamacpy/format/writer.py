@@ -35,7 +35,7 @@ class TensorToWrite:
     name: str
     ggml_type: GGMLType
     ne: tuple[int, ...]  # ggml order
-    produce: Callable[[], np.ndarray | bytes]
+    produce: Callable[[], np.ndarray | bytes | Iterable[np.ndarray | bytes]]  # whole or in chunks
 
     @property
     def nbytes(self) -> int:
@@ -120,12 +120,17 @@ def write_gguf(
         f.write(b"\0" * (-len(header) % align))
         for i, t in enumerate(tensors):
             data = t.produce()
-            raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
-            if len(raw) != t.nbytes:
-                raise ValueError(f"tensor '{t.name}': produced {len(raw)} bytes, "
+            chunks = [data] if isinstance(data, (np.ndarray, bytes, memoryview)) else data
+            written = 0
+            for chunk in chunks:
+                raw = memoryview(np.ascontiguousarray(chunk)).cast("B") \
+                    if isinstance(chunk, np.ndarray) else memoryview(chunk)
+                f.write(raw)
+                written += raw.nbytes
+            if written != t.nbytes:
+                raise ValueError(f"tensor '{t.name}': produced {written} bytes, "
                                  f"expected {t.nbytes} for {t.ggml_type.name} {list(t.ne)}")
-            f.write(raw)
-            f.write(b"\0" * (-len(raw) % align))
+            f.write(b"\0" * (-written % align))
             if on_tensor:
                 on_tensor(t, i)
         size = f.tell()

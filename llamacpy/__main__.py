@@ -1,0 +1,5 @@
+import sys
+
+from llamacpy.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Command-line tools, named and flagged like llama.cpp's (one module per tool)."""

@@ -1,0 +1,36 @@
+"""`llamacpy <tool> ...`: one entry point for every tool (llamacpy quantize == llama-quantize)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# tool name -> module under llamacpy.cli with a main(argv) function
+TOOLS = {
+    "quantize": ("quantize", "quantize a GGUF model (llama-quantize)"),
+    "inspect": ("inspect", "print a GGUF file's metadata and tensor table"),
+    "pull": ("pull", "fetch a catalogue model into the model cache"),
+}
+PLANNED = {"server": "llama-server", "cli": "llama-cli", "bench": "llama-bench"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: llamacpy <tool> [args...]\n\ntools:")
+        for name, (_, summary) in TOOLS.items():
+            print(f"  {name:<10} {summary}")
+        return 0 if argv else 1
+    tool, rest = argv[0], argv[1:]
+    if tool in PLANNED:
+        print(f"llamacpy: '{tool}' ({PLANNED[tool]}) is not available yet", file=sys.stderr)
+        return 1
+    if tool not in TOOLS:
+        print(f"llamacpy: unknown tool '{tool}'; run 'llamacpy --help'", file=sys.stderr)
+        return 1
+    module = importlib.import_module(f"llamacpy.cli.{TOOLS[tool][0]}")
+    return module.main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
