@@ -24,3 +24,11 @@ def fail(tool: str, message: str, code: int = 1) -> int:
 def progress_bar(done: int, total: int, width: int = 20) -> str:
     filled = width * done // max(total, 1)
     return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def set_threads(n: int) -> None:
+    """Threads for numba kernels (-t / nthreads); capped at what numba was started with."""
+    if n > 0:
+        import numba
+
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))

@@ -20,7 +20,7 @@ from ..quants.recipe import (
     QuantizeParams,
     parse_file_type,
 )
-from .common import fail, ggml_type_name, mib, progress_bar
+from .common import fail, ggml_type_name, mib, progress_bar, set_threads
 
 TOOL = "llama-quantize"
 NOT_SUPPORTED = {"--imatrix", "--include-weights", "--exclude-weights", "--prune-layers",
@@ -159,10 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         return args
     if os.path.exists(args.path_out) and os.path.samefile(args.path_in, args.path_out):
         return fail(TOOL, f"input and output files are the same: '{args.path_in}'")
-    if args.nthread > 0:
-        from ..kernels import set_threads
-
-        set_threads(args.nthread)
+    set_threads(args.nthread)
     verb = "calculating quantization size for" if args.dry_run else "quantizing"
     target = "" if args.dry_run else f" to '{args.path_out}'"
     print(f"main: {verb} '{args.path_in}'{target} as {args.params.ftype.name}", file=sys.stderr)
