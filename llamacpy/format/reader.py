@@ -259,10 +259,11 @@ class _Part:
             raise cur.fail(f"unsupported GGUF version {self.version}{hint}; supported: 2, 3")
         n_tensors = cur.u64("tensor count")
         n_kv = cur.u64("metadata count")
-        if n_kv > (self.size - cur.pos) // 13:  # smallest entry: 8+1 key, 4 type, 0..1 value
-            raise cur.fail(f"absurd metadata count {n_kv} for a file of {self.size} bytes")
-        if n_tensors > (self.size - cur.pos) // 29:  # 8+1 name, 4 n_dims, 8 ne0, 4 type, 8 offset
-            raise cur.fail(f"absurd tensor count {n_tensors} for a file of {self.size} bytes")
+        # smallest metadata entry: 8+1 key, 4 type, 1 value; tensor info: 8+1 name, 4, 8, 4, 8
+        for count, what, least in ((n_kv, "metadata", 14), (n_tensors, "tensor", 33)):
+            if count * least > self.size - cur.pos:
+                raise cur.fail(f"{what} count {count} needs at least {count * least} bytes but "
+                               f"only {self.size - cur.pos} remain (truncated file or corrupt count)")
         self.metadata, self.value_types = self._read_metadata(cur, n_kv)
         infos = [self._read_tensor_info(cur, i) for i in range(n_tensors)]
         self.alignment = self._alignment(cur)
