@@ -1,0 +1,1 @@
+"""The engine: batches, the KV cache, and the context that runs a model over them."""

@@ -1,0 +1,56 @@
+"""The KV cache: fp16 keys and values per layer, one stream of n_ctx positions per sequence
+(llama.cpp's non-unified cache: each parallel slot owns n_ctx / n_seq cells).
+
+A sequence's cells hold positions 0..n_past-1 in order, so prompt-prefix reuse is a trim.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class ContextFullError(ValueError):
+    """A batch would write past the end of its sequence's context."""
+
+
+class KVCache:
+    def __init__(self, n_layer: int, n_seq: int, n_ctx: int, n_head_kv: int, d_k: int, d_v: int):
+        self.n_seq, self.n_ctx = n_seq, n_ctx
+        shape_k, shape_v = (n_seq, n_ctx, n_head_kv, d_k), (n_seq, n_ctx, n_head_kv, d_v)
+        self.k = [np.zeros(shape_k, np.uint16) for _ in range(n_layer)]  # fp16 bits
+        self.v = [np.zeros(shape_v, np.uint16) for _ in range(n_layer)]  # fp16 bits
+        self.n_past = np.zeros(n_seq, np.int64)  # filled positions per sequence
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)
+
+    def check_room(self, seq: int, pos0: int, n: int) -> None:
+        if not 0 <= seq < self.n_seq:
+            raise ValueError(f"sequence id {seq} out of range (n_seq = {self.n_seq})")
+        if pos0 + n > self.n_ctx:
+            raise ContextFullError(f"sequence {seq}: positions up to {pos0 + n} exceed the "
+                                   f"context size {self.n_ctx}")
+        if pos0 > self.n_past[seq]:
+            raise ValueError(f"sequence {seq}: position {pos0} leaves a gap after "
+                             f"{self.n_past[seq]} cached positions")
+
+    def store(self, layer: int, seq: int, pos0: int, k: np.ndarray, v: np.ndarray) -> None:
+        """Write float32 k [n, n_head_kv, d_k] and v at positions pos0.. of `seq`."""
+        n = k.shape[0]
+        self.k[layer][seq, pos0 : pos0 + n] = k.astype(np.float16).view(np.uint16)
+        self.v[layer][seq, pos0 : pos0 + n] = v.astype(np.float16).view(np.uint16)
+
+    def commit(self, seq: int, n_past: int) -> None:
+        """Record that `seq` now holds positions 0..n_past-1 (after all layers stored)."""
+        self.n_past[seq] = max(self.n_past[seq], n_past)
+
+    def trim(self, seq: int, n_keep: int) -> None:
+        """Forget positions >= n_keep of `seq` (llama_memory_seq_rm from n_keep to the end)."""
+        self.n_past[seq] = min(self.n_past[seq], max(0, n_keep))
+
+    def clear(self, seq: int | None = None) -> None:
+        if seq is None:
+            self.n_past[:] = 0
+        else:
+            self.n_past[seq] = 0

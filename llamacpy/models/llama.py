@@ -1,0 +1,64 @@
+"""Llama family (Llama 2/3.x, SmolLM2, Mistral-style): llama.cpp src/models/llama.cpp.
+
+Pre-norm blocks, grouped-query attention with NORM (adjacent-pair) rope, SwiGLU feed-forward,
+output head tied to the token embedding when the file has no output.weight.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..engine.batch import Batch
+from ..engine.kv_cache import KVCache
+from ..format import GGUFFile
+from ..ops.activations import silu
+from ..ops.linear import Linear, get_rows
+from ..ops.norm import rms_norm
+from ..ops.rope import ROPE_NORM, rope_cos_sin
+from .base import Attention, GatedFFN, ModelArgs, Weights
+
+
+class LlamaLayer:
+    def __init__(self, w: Weights, il: int, a: ModelArgs):
+        self.attn_norm = w.vector(f"blk.{il}.attn_norm.weight", a.n_embd)
+        self.attention = Attention(w, il, a)
+        self.ffn_norm = w.vector(f"blk.{il}.ffn_norm.weight", a.n_embd)
+        self.ffn = GatedFFN(w, il, a, silu)
+
+
+class LlamaModel:
+    rope_mode = ROPE_NORM
+
+    def __init__(self, g: GGUFFile):
+        self.args = a = self.read_args(g)
+        w = Weights(g)
+        self.token_embd = g.tensor("token_embd.weight")
+        self.output_norm = w.vector("output_norm.weight", a.n_embd)
+        self.output = w.linear("output", a.n_embd, a.n_vocab, optional=True) or \
+            Linear(self.token_embd)
+        self.layers = [self.make_layer(w, il, a) for il in range(a.n_layer)]
+
+    def read_args(self, g: GGUFFile) -> ModelArgs:
+        return ModelArgs.from_gguf(g, self.rope_mode)
+
+    def make_layer(self, w: Weights, il: int, a: ModelArgs) -> LlamaLayer:
+        return LlamaLayer(w, il, a)
+
+    def make_cache(self, n_ctx: int, n_seq: int = 1) -> KVCache:
+        a = self.args
+        return KVCache(a.n_layer, n_seq, n_ctx, a.n_head_kv, a.head_dim_k, a.head_dim_v)
+
+    def forward(self, batch: Batch, cache: KVCache) -> np.ndarray:
+        """Logits float32 [rows with batch.logits, n_vocab]."""
+        a = self.args
+        x = get_rows(self.token_embd, batch.tokens)
+        segments = batch.segments()
+        rope = rope_cos_sin(a.rope, batch.positions)
+        for il, layer in enumerate(self.layers):
+            h = layer.attention(rms_norm(x, layer.attn_norm, a.rms_eps), batch, segments, cache,
+                                rope)
+            if il == a.n_layer - 1:  # the last layer only needs the rows we return
+                x, h = x[batch.logits], h[batch.logits]
+            x = x + h
+            x = x + layer.ffn(rms_norm(x, layer.ffn_norm, a.rms_eps))
+        return self.output(rms_norm(x, self.output_norm, a.rms_eps))

@@ -1,0 +1,27 @@
+"""Architectures by `general.architecture`, as llama.cpp's llm_arch names them."""
+
+from __future__ import annotations
+
+from gguf.constants import Keys
+
+from ..format import GGUFError, GGUFFile
+from .gemma3 import Gemma3Model
+from .llama import LlamaModel
+from .qwen2 import Qwen2Model
+from .qwen3 import Qwen3Model
+
+ARCHITECTURES = {
+    "llama": LlamaModel,
+    "qwen2": Qwen2Model,
+    "qwen3": Qwen3Model,
+    "gemma3": Gemma3Model,
+}
+
+
+def load_model(g: GGUFFile):
+    """The model object for an opened GGUF file; an unknown architecture is a clear error."""
+    arch = g.require(Keys.General.ARCHITECTURE)
+    if arch not in ARCHITECTURES:
+        raise GGUFError(f"{g.path}: unknown model architecture '{arch}' "
+                        f"(llamacpy supports: {', '.join(ARCHITECTURES)})")
+    return ARCHITECTURES[arch](g)
