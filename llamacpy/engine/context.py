@@ -12,12 +12,13 @@ from .kv_cache import KVCache
 class Context:
     """Runs `model.forward` over batches of up to n_ubatch rows; n_ctx is split among n_seq."""
 
-    def __init__(self, model, n_ctx: int = 4096, n_seq: int = 1, n_ubatch: int = 512):
+    def __init__(self, model, n_ctx: int = 4096, n_seq: int = 1, n_ubatch: int = 512,
+                 type_k: str = "f16", type_v: str = "f16"):
         if n_ctx < 1 or n_seq < 1 or n_ubatch < 1:
             raise ValueError("n_ctx, n_seq and n_ubatch must be positive")
         self.model = model
         self.n_ctx, self.n_seq, self.n_ubatch = n_ctx, n_seq, n_ubatch
-        self.cache: KVCache = model.make_cache(n_ctx // n_seq, n_seq)
+        self.cache: KVCache = model.make_cache(n_ctx // n_seq, n_seq, type_k, type_v)
 
     @property
     def n_ctx_seq(self) -> int:

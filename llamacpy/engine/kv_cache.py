@@ -1,5 +1,5 @@
-"""The KV cache: fp16 keys and values per layer, one stream of n_ctx positions per sequence
-(llama.cpp's non-unified cache: each parallel slot owns n_ctx / n_seq cells).
+"""The KV cache: keys and values per layer (fp16 by default, f32 with -ctk/-ctv f32), one stream
+of n_ctx positions per sequence (llama.cpp's non-unified cache: each slot owns n_ctx / n_seq cells).
 
 A sequence's cells hold positions 0..n_past-1 in order, so prompt-prefix reuse is a trim.
 """
@@ -13,12 +13,25 @@ class ContextFullError(ValueError):
     """A batch would write past the end of its sequence's context."""
 
 
+# -ctk / -ctv cache types: the array dtype each is stored in (fp16 as its uint16 bit pattern)
+CACHE_TYPES = {"f16": np.uint16, "f32": np.float32}
+
+
+def cache_dtype(name: str) -> type:
+    if name.lower() not in CACHE_TYPES:
+        raise ValueError(f"KV cache type '{name}' is not supported by llamacpy yet "
+                         f"(supported: {', '.join(CACHE_TYPES)})")
+    return CACHE_TYPES[name.lower()]
+
+
 class KVCache:
-    def __init__(self, n_layer: int, n_seq: int, n_ctx: int, n_head_kv: int, d_k: int, d_v: int):
+    def __init__(self, n_layer: int, n_seq: int, n_ctx: int, n_head_kv: int, d_k: int, d_v: int,
+                 type_k: str = "f16", type_v: str = "f16"):
         self.n_seq, self.n_ctx = n_seq, n_ctx
         shape_k, shape_v = (n_seq, n_ctx, n_head_kv, d_k), (n_seq, n_ctx, n_head_kv, d_v)
-        self.k = [np.zeros(shape_k, np.uint16) for _ in range(n_layer)]  # fp16 bits
-        self.v = [np.zeros(shape_v, np.uint16) for _ in range(n_layer)]  # fp16 bits
+        dk, dv = cache_dtype(type_k), cache_dtype(type_v)
+        self.k = [np.zeros(shape_k, dk) for _ in range(n_layer)]  # [seq, pos, head, d_k]
+        self.v = [np.zeros(shape_v, dv) for _ in range(n_layer)]  # [seq, pos, head, d_v]
         self.n_past = np.zeros(n_seq, np.int64)  # filled positions per sequence
 
     @property
@@ -38,8 +51,8 @@ class KVCache:
     def store(self, layer: int, seq: int, pos0: int, k: np.ndarray, v: np.ndarray) -> None:
         """Write float32 k [n, n_head_kv, d_k] and v at positions pos0.. of `seq`."""
         n = k.shape[0]
-        self.k[layer][seq, pos0 : pos0 + n] = k.astype(np.float16).view(np.uint16)
-        self.v[layer][seq, pos0 : pos0 + n] = v.astype(np.float16).view(np.uint16)
+        self.k[layer][seq, pos0 : pos0 + n] = to_cache(k, self.k[layer].dtype)
+        self.v[layer][seq, pos0 : pos0 + n] = to_cache(v, self.v[layer].dtype)
 
     def commit(self, seq: int, n_past: int) -> None:
         """Record that `seq` now holds positions 0..n_past-1 (after all layers stored)."""
@@ -54,3 +67,8 @@ class KVCache:
             self.n_past[:] = 0
         else:
             self.n_past[seq] = 0
+
+
+def to_cache(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return x.astype(np.float16).view(np.uint16) if dtype == np.uint16 else x
+

@@ -1,11 +1,11 @@
 """Causal attention over an fp16 KV cache (one sequence, one layer at a time).
 
-`attend_f16` is the numba kernel for decode-sized batches (it reads the fp16 cache in place);
+`attend_cached` is the numba kernel for decode-sized batches (it reads the fp16 cache in place);
 `attend_blas` converts the visible cache once and uses BLAS, faster for prompt chunks;
 `attend_reference` is the plain numpy twin both are tested against.
 
-Shapes: q float32 [n_tok, n_head, d_k]; k_cache uint16 (fp16 bits) [n_ctx, n_head_kv, d_k];
-v_cache uint16 [n_ctx, n_head_kv, d_v]; q_pos int32 [n_tok] (each query sees keys at positions
+Shapes: q float32 [n_tok, n_head, d_k]; k_cache [n_ctx, n_head_kv, d_k] as uint16 fp16 bits or
+float32 (-ctk f32); v_cache likewise [n_ctx, n_head_kv, d_v]; q_pos int32 [n_tok] (each query sees keys at positions
 0..q_pos, and with a sliding window only the last n_swa of them); out float32 [n_tok, n_head, d_v].
 Query head h reads KV head h // (n_head / n_head_kv) (grouped-query attention).
 """
@@ -13,7 +13,8 @@ Query head h reads KV head h // (n_head / n_head_kv) (grouped-query attention).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 
 from .dequant import f16_bits_to_f32
 
@@ -26,8 +27,24 @@ def visible_range(pos: int, n_swa: int) -> tuple[int, int]:
     return (max(0, hi - n_swa) if n_swa > 0 else 0), hi
 
 
+def as_f32(value):
+    """A cache cell as float32: fp16 bits are converted, float32 passes through."""
+    raise NotImplementedError  # compiled through the overload below
+
+
+@overload(as_f32, inline="always")
+def _as_f32(value):
+    if isinstance(value, types.Float):
+        return lambda value: np.float32(value)
+    return lambda value: f16_bits_to_f32(value)
+
+
+def to_f32(cache: np.ndarray) -> np.ndarray:
+    return cache.view(np.float16).astype(np.float32) if cache.dtype == np.uint16 else cache
+
+
 @njit(parallel=True, cache=True, fastmath={"contract"})
-def attend_f16(q, k_cache, v_cache, q_pos, n_swa, scale, out):
+def attend_cached(q, k_cache, v_cache, q_pos, n_swa, scale, out):
     n_tok, n_head, d_k = q.shape
     n_kv_head, d_v = k_cache.shape[1], v_cache.shape[2]
     group = n_head // n_kv_head
@@ -41,7 +58,7 @@ def attend_f16(q, k_cache, v_cache, q_pos, n_swa, scale, out):
         for j in range(lo, hi):
             s = np.float32(0)
             for c in range(d_k):
-                s += q[i, h, c] * f16_bits_to_f32(k_cache[j, kvh, c])
+                s += q[i, h, c] * as_f32(k_cache[j, kvh, c])
             s *= scale
             scores[j - lo] = s
             best = max(best, s)
@@ -54,7 +71,7 @@ def attend_f16(q, k_cache, v_cache, q_pos, n_swa, scale, out):
         for j in range(lo, hi):
             w = scores[j - lo] / total
             for c in range(d_v):
-                acc[c] += w * f16_bits_to_f32(v_cache[j, kvh, c])
+                acc[c] += w * as_f32(v_cache[j, kvh, c])
         out[i, h, :] = acc
 
 
@@ -65,8 +82,8 @@ def attend_blas(q, k_cache, v_cache, q_pos, n_swa, scale, out):
     group = n_head // n_kv_head
     lo = visible_range(int(q_pos.min()), n_swa)[0]
     hi = int(q_pos.max()) + 1
-    keys = k_cache[lo:hi].view(np.float16).astype(np.float32)  # [n_keys, n_kv_head, d_k]
-    values = v_cache[lo:hi].view(np.float16).astype(np.float32)
+    keys = to_f32(k_cache[lo:hi])  # [n_keys, n_kv_head, d_k]
+    values = to_f32(v_cache[lo:hi])
     key_pos = np.arange(lo, hi)
     mask = key_pos[None, :] > q_pos[:, None]
     if n_swa > 0:
@@ -87,7 +104,7 @@ def attend(q, k_cache, v_cache, q_pos, n_swa, scale, out) -> np.ndarray:
     if q.shape[0] >= BLAS_MIN_TOKENS:
         attend_blas(q, k_cache, v_cache, q_pos, n_swa, scale, out)
     else:
-        attend_f16(q, k_cache, v_cache, q_pos, n_swa, np.float32(scale), out)
+        attend_cached(q, k_cache, v_cache, q_pos, n_swa, np.float32(scale), out)
     return out
 
 
@@ -95,8 +112,8 @@ def attend_reference(q, k_cache, v_cache, q_pos, n_swa, scale) -> np.ndarray:
     """Plain numpy, one query and head at a time, in float64."""
     n_tok, n_head, _ = q.shape
     group = n_head // k_cache.shape[1]
-    k = k_cache.view(np.float16).astype(np.float64)
-    v = v_cache.view(np.float16).astype(np.float64)
+    k = to_f32(k_cache).astype(np.float64)
+    v = to_f32(v_cache).astype(np.float64)
     out = np.zeros((n_tok, n_head, v.shape[2]))
     for i in range(n_tok):
         lo, hi = visible_range(int(q_pos[i]), n_swa)

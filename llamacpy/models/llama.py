@@ -44,9 +44,11 @@ class LlamaModel:
     def make_layer(self, w: Weights, il: int, a: ModelArgs) -> LlamaLayer:
         return LlamaLayer(w, il, a)
 
-    def make_cache(self, n_ctx: int, n_seq: int = 1) -> KVCache:
+    def make_cache(self, n_ctx: int, n_seq: int = 1, type_k: str = "f16",
+                   type_v: str = "f16") -> KVCache:
         a = self.args
-        return KVCache(a.n_layer, n_seq, n_ctx, a.n_head_kv, a.head_dim_k, a.head_dim_v)
+        return KVCache(a.n_layer, n_seq, n_ctx, a.n_head_kv, a.head_dim_k, a.head_dim_v,
+                       type_k, type_v)
 
     def forward(self, batch: Batch, cache: KVCache) -> np.ndarray:
         """Logits float32 [rows with batch.logits, n_vocab]."""
