@@ -28,3 +28,21 @@ def model_quantize(path_in: Path, path_out: Path, ftype: int, nthread: int = 2, 
                                         ctypes.byref(params))
     if rc != 0:
         raise RuntimeError(f"llama_model_quantize failed with {rc}")
+
+
+def load_llama(path: Path, **kwargs):
+    """llama_cpp.Llama with use_extra_bufts off: the default AMX/repack path crashes here."""
+    import llama_cpp
+    import llama_cpp.llama as high_level
+
+    original = llama_cpp.llama_model_default_params
+
+    def params():
+        p = original()
+        p.use_extra_bufts = False
+        return p
+
+    llama_cpp.llama_model_default_params = params
+    high_level.llama_cpp.llama_model_default_params = params
+    kwargs.setdefault("verbose", False)
+    return llama_cpp.Llama(model_path=str(path), **kwargs)
