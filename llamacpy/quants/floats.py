@@ -27,8 +27,10 @@ class F16(QuantType):
         return blocks.view("<f2").astype(np.float32)
 
     def quantize_blocks(self, x: np.ndarray) -> np.ndarray:
-        # numpy rounds to nearest even, as ggml's F16C and software paths do
-        return x.astype("<f2").view(np.uint8)
+        # numpy rounds to nearest even, as ggml's F16C and software paths do; beyond the fp16
+        # range both give inf, so numpy's overflow warning is noise
+        with np.errstate(over="ignore"):
+            return x.astype("<f2").view(np.uint8)
 
 
 @register

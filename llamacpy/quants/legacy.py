@@ -18,8 +18,9 @@ def f16_field(blocks: np.ndarray, start: int) -> np.ndarray:
 
 
 def f16_bytes(values: np.ndarray) -> np.ndarray:
-    """uint8 [n, 2] holding float32 values rounded to fp16 (GGML_FP32_TO_FP16)."""
-    return values.astype("<f2").reshape(-1, 1).view(np.uint8)
+    """uint8 [n, 2] holding float32 values rounded to fp16 (GGML_FP32_TO_FP16; inf past 65504)."""
+    with np.errstate(over="ignore"):
+        return values.astype("<f2").reshape(-1, 1).view(np.uint8)
 
 
 def low_high_nibbles(qs: np.ndarray) -> np.ndarray:
@@ -43,9 +44,22 @@ def pack_high_bits(bits: np.ndarray) -> np.ndarray:
 
 
 def signed_absmax(x: np.ndarray) -> np.ndarray:
-    """The value of largest magnitude per row, first one on ties (keeps its sign)."""
+    """The value of largest magnitude per row, first one on ties (keeps its sign).
+
+    An all-zero row gives +0 even when its zeros are -0: the C starts from max = 0.0f and only
+    takes strictly larger magnitudes (quantize_row_q4_0_ref), and d = max/-8 keeps that sign.
+    """
     idx = np.argmax(np.abs(x), axis=1)
-    return np.take_along_axis(x, idx[:, None], axis=1)
+    v = np.take_along_axis(x, idx[:, None], axis=1)
+    return np.where(v == 0, np.float32(0), v)
+
+
+def first_min_max(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row min and max, each the FIRST occurrence (quantize_row_q4_1_ref's strict `<`/`>`
+    scan): only the sign of a zero can tell, and it reaches the stored fp16 min."""
+    lo = np.take_along_axis(x, np.argmin(x, axis=1)[:, None], axis=1)
+    hi = np.take_along_axis(x, np.argmax(x, axis=1)[:, None], axis=1)
+    return lo, hi
 
 
 def safe_inverse(d: np.ndarray) -> np.ndarray:
@@ -78,7 +92,7 @@ class Q4_1(QuantType):
         return d * low_high_nibbles(blocks[:, 4:]).astype(np.float32) + m
 
     def quantize_blocks(self, x: np.ndarray) -> np.ndarray:
-        lo, hi = x.min(axis=1, keepdims=True), x.max(axis=1, keepdims=True)
+        lo, hi = first_min_max(x)
         d = (hi - lo) / np.float32(15)
         q = np.minimum(15, ((x - lo) * safe_inverse(d) + np.float32(0.5)).astype(np.int8))
         return np.hstack([f16_bytes(d), f16_bytes(lo), pack_nibbles(q.astype(np.uint8))])
@@ -110,7 +124,7 @@ class Q5_1(QuantType):
         return d * q.astype(np.float32) + m
 
     def quantize_blocks(self, x: np.ndarray) -> np.ndarray:
-        lo, hi = x.min(axis=1, keepdims=True), x.max(axis=1, keepdims=True)
+        lo, hi = first_min_max(x)
         d = (hi - lo) / np.float32(31)
         q = ((x - lo) * safe_inverse(d) + np.float32(0.5)).astype(np.int8).astype(np.uint8)
         return np.hstack([f16_bytes(d), f16_bytes(lo), pack_high_bits(q >> 4),
@@ -126,7 +140,13 @@ class Q8_0(QuantType):
 
     def quantize_blocks(self, x: np.ndarray) -> np.ndarray:
         d = np.abs(x).max(axis=1, keepdims=True) / np.float32(127)
-        scaled = x * safe_inverse(d)
-        # roundf: halves away from zero
-        q = (np.sign(scaled) * np.floor(np.abs(scaled) + np.float32(0.5))).astype(np.int8)
+        q = roundf(x * safe_inverse(d)).astype(np.int8)
         return np.hstack([f16_bytes(d), q.view(np.uint8)])
+
+
+def roundf(v: np.ndarray) -> np.ndarray:
+    """C roundf, halves away from zero, exactly: floor(|v| + 0.5) would round 0.49999997 up
+    (the float32 sum is 1.0); |v| - floor(|v|) is exact, so compare that with one half."""
+    a = np.abs(v)
+    whole = np.floor(a)
+    return np.copysign(whole + (a - whole >= np.float32(0.5)), v)
