@@ -1,0 +1,50 @@
+"""@njit kernels, no model knowledge: matvec (decode), matmul (prompt), dequantize (get_rows)."""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+
+import numba
+import numpy as np
+
+from .dequant import dequantize_rows
+from .matmul import matmul
+from .matvec import matvec
+
+__all__ = ["dequantize_rows", "get_threads", "matmul", "matvec", "set_threads"]
+
+# OpenBLAS entry points as numpy's bundled scipy-openblas and plain builds name them.
+_BLAS_SET_THREADS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                     "openblas_set_num_threads64_", "openblas_set_num_threads")
+
+
+def _openblas_setter():
+    """The loaded OpenBLAS's set_num_threads, or None (another BLAS, or none found)."""
+    libs = os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs", "*openblas*")
+    for path in glob.glob(libs) + [None]:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in _BLAS_SET_THREADS:
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.argtypes = [ctypes.c_int]
+                return fn
+    return None
+
+
+def set_threads(n: int) -> int:
+    """Use n threads for the numba kernels and for BLAS (llama.cpp's -t); returns the count set."""
+    n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(n)
+    setter = _openblas_setter()
+    if setter is not None:
+        setter(n)
+    return n
+
+
+def get_threads() -> int:
+    return numba.get_num_threads()

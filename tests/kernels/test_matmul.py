@@ -1,0 +1,58 @@
+"""matmul (small-batch kernels and dequantize + sgemm tiles) against `X @ dequantize(W)^T`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import importlib
+
+from llamacpy.format.constants import GGMLType
+from llamacpy.kernels import matmul
+
+from .test_matvec import (ALL_TYPES, assert_close, real_matrices, reference, synth_blocks,
+                          synth_shape)
+
+mm = importlib.import_module("llamacpy.kernels.matmul")  # the module: the package re-exports
+# the function `matmul` under the same name
+
+
+@pytest.mark.parametrize("name", ALL_TYPES)
+@pytest.mark.parametrize("n_tokens", [2, 5, mm.SMALL_BATCH + 1, 33])
+def test_matmul_synthetic(name, n_tokens):
+    rows, n = synth_shape(name)
+    w = synth_blocks(name, rows, n)
+    X = np.random.default_rng(n_tokens).standard_normal((n_tokens, n)).astype(np.float32)
+    Y = matmul(w, GGMLType[name], X)
+    assert Y.shape == (n_tokens, rows)
+    assert_close(Y, reference(w, name, n), X)
+
+
+def test_matmul_several_tiles(monkeypatch):
+    """Rows spread over several scratch tiles, the last one partial."""
+    monkeypatch.setattr(mm, "SCRATCH_BYTES", 64 * 512 * 4)  # 64-row tiles
+    w = synth_blocks("Q4_K", 150, 512, seed=7)
+    X = np.random.default_rng(8).standard_normal((20, 512)).astype(np.float32)
+    out = np.full((20, 150), np.nan, np.float32)
+    assert matmul(w, GGMLType.Q4_K, X, out) is out
+    assert_close(out, reference(w, "Q4_K", 512), X)
+
+
+def test_matmul_one_token_is_matvec():
+    w = synth_blocks("Q6_K", 5, 256)
+    X = np.random.default_rng(9).standard_normal((1, 256)).astype(np.float32)
+    assert_close(matmul(w, GGMLType.Q6_K, X), reference(w, "Q6_K", 256), X)
+
+
+def test_matmul_rejects_wrong_shape():
+    with pytest.raises(ValueError, match="expected"):
+        matmul(synth_blocks("Q8_0", 3, 64), GGMLType.Q8_0, np.zeros((2, 32), np.float32))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n_tokens", [3, 40])
+def test_matmul_real_tensors(real_models, n_tokens):
+    for label, t, rows in real_matrices(real_models, max_rows=512):
+        w, n = t.blocks()[rows], t.ne[0]
+        X = np.random.default_rng(10).standard_normal((n_tokens, n)).astype(np.float32)
+        assert_close(matmul(w, t.ggml_type, X), reference(w, t.ggml_type.name, n), X)
