@@ -80,7 +80,8 @@ def generate(state: SequenceState, tokenizer: Tokenizer, sampler: Sampler, promp
     t0 = time.perf_counter()
     logits, stats.n_cached = state.prefill(prompt)
     stats.n_prompt, stats.t_prompt = len(prompt), time.perf_counter() - t0
-    detok, pending, t1 = StreamingDetokenizer(tokenizer), "", time.perf_counter()
+    detok, pending = StreamingDetokenizer(tokenizer, continuation=True), ""
+    t1 = time.perf_counter()
     for i in range(max_tokens):
         token = sampler.sample(logits)
         sampler.accept(token)

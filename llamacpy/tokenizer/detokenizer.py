@@ -111,12 +111,14 @@ class StreamingDetokenizer:
     """
 
     def __init__(self, tokenizer: "Tokenizer", remove_special: bool = False,
-                 unparse_special: bool = False):
+                 unparse_special: bool = False, continuation: bool = False):
         self.vocab, self.pieces = tokenizer.vocab, tokenizer.pieces
         self.remove_special, self.unparse_special = remove_special, unparse_special
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._pending = b""  # piece bytes not yet cleaned up and decoded
-        self._lstrip = 1 if self.vocab.add_space_prefix else 0  # for the first piece
+        # the first piece loses its prefix space, unless the stream continues earlier text
+        # (generated tokens: llama.cpp's server converts each with token_to_piece, no strip)
+        self._lstrip = 1 if self.vocab.add_space_prefix and not continuation else 0
         self._seen = 0
         self._held_eos = False  # a trailing EOS that remove_special drops at the end
 

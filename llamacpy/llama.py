@@ -1,0 +1,307 @@
+"""`Llama`: the high-level API of llama-cpp-python, so code written for it runs after changing
+`from llama_cpp import Llama` to `from llamacpy import Llama`.
+
+Same constructor arguments (GPU-only ones are accepted and ignored on the CPU), the same methods
+and the same OpenAI-style return dictionaries (llama_cpp/llama.py, llama_chat_format.py).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .chat import CHATML_TEMPLATE, ChatTemplate
+from .engine.context import Context
+from .engine.generate import GenerationStats, SequenceState, generate
+from .format import open_gguf
+from .kernels import set_threads
+from .models import load_model
+from .sampling import Sampler, SamplingParams
+from .tokenizer import Tokenizer
+
+LLAMA_DEFAULT_SEED = 0xFFFFFFFF
+
+
+class Llama:
+    """Load a GGUF model and generate from it (llama_cpp.Llama compatible)."""
+
+    def __init__(self, model_path: str, *, n_ctx: int = 512, n_batch: int = 512,
+                 n_ubatch: int = 512, n_threads: int | None = None,
+                 n_threads_batch: int | None = None, seed: int = LLAMA_DEFAULT_SEED,
+                 vocab_only: bool = False, logits_all: bool = False, verbose: bool = True,
+                 chat_format: str | None = None, **kwargs: Any):
+        self.model_path, self.verbose, self.seed = str(model_path), verbose, seed
+        self._file = open_gguf(model_path)
+        self.metadata = {k: str(v) for k, v in self._file.metadata.items()
+                         if not k.startswith("tokenizer.ggml.")}
+        self._tokenizer = Tokenizer.from_gguf(self._file)
+        self.chat_format = chat_format
+        self.n_batch, self.n_threads = n_batch, n_threads
+        self.context_params = {"n_ctx": n_ctx, "n_batch": n_batch, "n_ubatch": n_ubatch}
+        self._logits_all = logits_all
+        if n_threads:
+            set_threads(n_threads)
+        self._model = None if vocab_only else load_model(self._file)
+        if self._model is not None:
+            self._n_ctx = n_ctx or self._model.args.n_ctx_train
+            self._ctx = Context(self._model, n_ctx=self._n_ctx, n_ubatch=min(n_ubatch, n_batch))
+            self._seq = SequenceState(self._ctx)
+            self.scores = np.zeros((self._n_ctx, self._model.args.n_vocab), np.float32)
+        else:
+            self._n_ctx = n_ctx
+        self.input_ids = np.zeros(self._n_ctx, np.intc)
+        self.n_tokens = 0
+        self.eval_logits: deque = deque(maxlen=self._n_ctx if logits_all else 1)
+
+    # -- vocabulary -------------------------------------------------------------------------
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        return self._tokenizer.tokenize(text, add_special=add_bos, parse_special=special)
+
+    def detokenize(self, tokens: list[int], prev_tokens: list[int] | None = None,
+                   special: bool = False) -> bytes:
+        return self._tokenizer.detokenize(tokens, remove_special=False, unparse_special=special)
+
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    def n_vocab(self) -> int:
+        return self._tokenizer.n_vocab
+
+    def n_embd(self) -> int:
+        return self._model.args.n_embd if self._model else 0
+
+    def token_bos(self) -> int:
+        return self._tokenizer.bos
+
+    def token_eos(self) -> int:
+        return self._tokenizer.eos
+
+    def token_nl(self) -> int:
+        return self._tokenizer.nl
+
+    def tokenizer(self) -> Tokenizer:
+        return self._tokenizer
+
+    # -- evaluation -------------------------------------------------------------------------
+
+    @property
+    def _input_ids(self) -> np.ndarray:
+        return self.input_ids[: self.n_tokens]
+
+    @property
+    def _scores(self) -> np.ndarray:
+        return self.scores[: self.n_tokens]
+
+    def reset(self) -> None:
+        self.n_tokens = 0
+        self._seq.tokens = []
+        self._ctx.cache.clear()
+
+    def eval(self, tokens: list[int]) -> None:
+        """Evaluate tokens after those already evaluated; logits land in `scores`."""
+        self._sync_cache()
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = list(tokens[start : start + self.n_batch])
+            logits = self._seq.evaluate(chunk, all_logits=self._logits_all)
+            n0, n = self.n_tokens, len(chunk)
+            self.input_ids[n0 : n0 + n] = chunk
+            if self._logits_all:
+                self.scores[n0 : n0 + n] = logits
+                self.eval_logits.extend(logits.tolist())
+            else:
+                self.scores[n0 + n - 1] = logits[-1]
+                self.eval_logits.append(logits[-1].tolist())
+            self.n_tokens += n
+
+    def _sync_cache(self) -> None:
+        """`n_tokens` may have been lowered by the caller (llama-cpp-python allows it)."""
+        if len(self._seq.tokens) != self.n_tokens:
+            self._seq.tokens = self._seq.tokens[: self.n_tokens]
+            self._ctx.cache.trim(0, self.n_tokens)
+
+    def set_seed(self, seed: int) -> None:
+        self.seed = seed
+
+    # -- completion ---------------------------------------------------------------------------
+
+    def __call__(self, prompt: str | list[int], **kwargs: Any):
+        return self.create_completion(prompt, **kwargs)
+
+    def create_completion(self, prompt: str | list[int], suffix: str | None = None,
+                          max_tokens: int | None = 16, temperature: float = 0.8,
+                          top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,
+                          logprobs: int | None = None, echo: bool = False,
+                          stop: str | list[str] | None = None, frequency_penalty: float = 0.0,
+                          presence_penalty: float = 0.0, repeat_penalty: float = 1.0,
+                          top_k: int = 40, stream: bool = False, seed: int | None = None,
+                          mirostat_mode: int = 0, mirostat_tau: float = 5.0,
+                          mirostat_eta: float = 0.1, model: str | None = None,
+                          logit_bias: dict | None = None, **kwargs: Any):
+        """A text completion dict (or an iterator of chunks when stream=True)."""
+        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                                typical_p=typical_p, repeat_penalty=repeat_penalty,
+                                frequency_penalty=frequency_penalty,
+                                presence_penalty=presence_penalty, mirostat=mirostat_mode,
+                                mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
+                                seed=self._seed_for(seed), logit_bias=logit_bias or {})
+        run = self._completion(prompt, params, max_tokens, stop, logprobs, echo, model)
+        return run if stream else collect_completion(run)
+
+    def _seed_for(self, seed: int | None) -> int:
+        return self.seed if seed is None else seed
+
+    def _prompt_tokens(self, prompt: str | list[int]) -> list[int]:
+        if isinstance(prompt, str):
+            return self.tokenize(prompt.encode("utf-8"), add_bos=True, special=True) \
+                if prompt else [self.token_bos()]
+        return list(prompt)
+
+    def _completion(self, prompt, params: SamplingParams, max_tokens, stop, logprobs, echo,
+                    model) -> Iterator[dict]:
+        tokens = self._prompt_tokens(prompt)
+        if len(tokens) >= self._n_ctx:
+            raise ValueError(f"Requested tokens ({len(tokens)}) exceed context window of "
+                             f"{self._n_ctx}")
+        if max_tokens is None or max_tokens <= 0:
+            max_tokens = self._n_ctx - len(tokens)
+        max_tokens = min(max_tokens, self._n_ctx - len(tokens))
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        sampler = Sampler(params, self._tokenizer)
+        sampler.prime(tokens)
+        cid, created = f"cmpl-{uuid.uuid4()}", int(time.time())
+        name = model or self.model_path
+        stats = GenerationStats()
+        self._sync_cache()
+        if echo:
+            text = self.detokenize(tokens).decode("utf-8", errors="ignore")
+            yield completion_chunk(cid, created, name, text, None, None)
+        for step in generate(self._seq, self._tokenizer, sampler, tokens, max_tokens, stops,
+                             stats=stats):
+            self._record(step)
+            if step.text:
+                lp = token_logprobs(self, step, logprobs) if logprobs else None
+                yield completion_chunk(cid, created, name, step.text, lp, None)
+        self.n_tokens = len(self._seq.tokens)
+        self.input_ids[: self.n_tokens] = self._seq.tokens
+        usage = {"prompt_tokens": stats.n_prompt, "completion_tokens": stats.n_generated,
+                 "total_tokens": stats.n_prompt + stats.n_generated}
+        final = completion_chunk(cid, created, name, "", None, stats.finish_reason)
+        final["usage"] = usage
+        yield final
+
+    def _record(self, step) -> None:
+        if not self._logits_all:
+            self.eval_logits.append(step.logits.tolist())
+
+    # -- chat ---------------------------------------------------------------------------------
+
+    def chat_template(self) -> ChatTemplate:
+        tok = self._tokenizer
+        source = self._file.get("tokenizer.chat_template") or CHATML_TEMPLATE
+        return ChatTemplate(source, tok.bos_token, tok.eos_token, add_bos=tok.add_bos,
+                            add_eos=tok.add_eos)
+
+    def create_chat_completion(self, messages: list[dict], tools: list | None = None,
+                               temperature: float = 0.2, top_p: float = 0.95, top_k: int = 40,
+                               min_p: float = 0.05, typical_p: float = 1.0,
+                               stream: bool = False, stop: str | list[str] | None = None,
+                               seed: int | None = None, max_tokens: int | None = None,
+                               presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                               repeat_penalty: float = 1.0, logprobs: bool = False,
+                               top_logprobs: int | None = None, model: str | None = None,
+                               logit_bias: dict | None = None,
+                               chat_template_kwargs: dict | None = None, **kwargs: Any):
+        """A chat.completion dict (or an iterator of chat.completion.chunk dicts)."""
+        prompt = self.chat_template().render(messages, add_generation_prompt=True, tools=tools,
+                                             **(chat_template_kwargs or {}))
+        chunks = self.create_completion(
+            prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+            min_p=min_p, typical_p=typical_p, stream=True, stop=stop, seed=seed,
+            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+            repeat_penalty=repeat_penalty, logprobs=(top_logprobs or 1) if logprobs else None,
+            model=model, logit_bias=logit_bias)
+        run = chat_chunks(chunks)
+        return run if stream else collect_chat(run)
+
+
+def completion_chunk(cid: str, created: int, model: str, text: str, logprobs, finish) -> dict:
+    return {"id": cid, "object": "text_completion", "created": created, "model": model,
+            "choices": [{"text": text, "index": 0, "logprobs": logprobs,
+                         "finish_reason": finish}]}
+
+
+def token_logprobs(llm: Llama, step, n: int) -> dict:
+    """llama-cpp-python's logprobs block for one token (log-softmax of the raw logits)."""
+    logits = step.logits.astype(np.float64)
+    lp = logits - logits.max()
+    lp -= np.log(np.exp(lp).sum())
+    top = np.argsort(-lp)[:n]
+    piece = lambda t: llm.detokenize([int(t)]).decode("utf-8", errors="ignore")  # noqa: E731
+    return {"tokens": [step.text], "text_offset": [0],
+            "token_logprobs": [float(lp[step.token]) if step.token >= 0 else None],
+            "top_logprobs": [{piece(t): float(lp[t]) for t in top}]}
+
+
+def collect_completion(chunks: Iterator[dict]) -> dict:
+    text, logprobs, last = "", None, None
+    for chunk in chunks:
+        choice = chunk["choices"][0]
+        text += choice["text"]
+        if choice["logprobs"]:
+            logprobs = merge_logprobs(logprobs, choice["logprobs"])
+        last = chunk
+    out = dict(last)
+    out["choices"] = [{"text": text, "index": 0, "logprobs": logprobs,
+                       "finish_reason": last["choices"][0]["finish_reason"]}]
+    return out
+
+
+def merge_logprobs(acc: dict | None, new: dict) -> dict:
+    if acc is None:
+        return {k: list(v) for k, v in new.items()}
+    offset = sum(len(t) for t in acc["tokens"])
+    acc["tokens"] += new["tokens"]
+    acc["text_offset"] += [offset + o for o in new["text_offset"]]
+    acc["token_logprobs"] += new["token_logprobs"]
+    acc["top_logprobs"] += new["top_logprobs"]
+    return acc
+
+
+def chat_chunks(chunks: Iterator[dict]) -> Iterator[dict]:
+    """Completion chunks re-shaped as chat.completion.chunk (role first, then content deltas)."""
+    first = True
+    for chunk in chunks:
+        base = {"id": "chat" + chunk["id"], "object": "chat.completion.chunk",
+                "created": chunk["created"], "model": chunk["model"]}
+        if first:
+            yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant"},
+                                        "logprobs": None, "finish_reason": None}]}
+            first = False
+        choice = chunk["choices"][0]
+        if choice["finish_reason"] is None:
+            yield {**base, "choices": [{"index": 0, "delta": {"content": choice["text"]},
+                                        "logprobs": choice["logprobs"], "finish_reason": None}]}
+        else:
+            final = {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None,
+                                          "finish_reason": choice["finish_reason"]}]}
+            if "usage" in chunk:
+                final["usage"] = chunk["usage"]
+            yield final
+
+
+def collect_chat(chunks: Iterator[dict]) -> dict:
+    content, last = "", None
+    for chunk in chunks:
+        content += chunk["choices"][0]["delta"].get("content", "") or ""
+        last = chunk
+    return {"id": last["id"], "object": "chat.completion", "created": last["created"],
+            "model": last["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "logprobs": None, "finish_reason": last["choices"][0]["finish_reason"]}],
+            "usage": last.get("usage")}
