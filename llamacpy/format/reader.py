@@ -212,6 +212,13 @@ class GGUFFile:
     def nbytes(self) -> int:
         return sum(p.size for p in self.parts)
 
+    def release(self, tensor: GGUFTensor) -> None:
+        """Drop a tensor's pages from memory (they stay readable from the file): for tensors a
+        model has copied into another layout and will not read again."""
+        for p in self.parts:
+            if p.array is not None and np.shares_memory(tensor.data, p.array):
+                p.release(tensor.offset, tensor.nbytes)
+
     def close(self) -> None:
         self.tensors.clear()
         for p in self.parts:
@@ -326,6 +333,12 @@ class _Part:
             )
         view = self.array[start : start + info.nbytes]
         return GGUFTensor(info.name, info.ggml_type, info.ne, start, view)
+
+    def release(self, offset: int, nbytes: int) -> None:
+        page = mmap.PAGESIZE
+        start, stop = -(-offset // page) * page, (offset + nbytes) // page * page
+        if stop > start and hasattr(mmap, "MADV_DONTNEED"):
+            self._mmap.madvise(mmap.MADV_DONTNEED, start, stop - start)
 
     def close(self) -> None:
         self.array = None

@@ -16,7 +16,10 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
-from .dequant import f16_bits_to_f32
+from .dequant import f16_bits_to_f32, ld, ld2
+
+# the score reduction and the softmax may be reassociated: SIMD sums, not bit-exact to numpy
+ATTN_FASTMATH = {"contract", "reassoc"}
 
 BLAS_MIN_TOKENS = 16  # from here on converting the cache once and calling BLAS wins
 
@@ -43,22 +46,26 @@ def to_f32(cache: np.ndarray) -> np.ndarray:
     return cache.view(np.float16).astype(np.float32) if cache.dtype == np.uint16 else cache
 
 
-@njit(parallel=True, cache=True, fastmath={"contract"})
+@njit(parallel=True, cache=True, fastmath=ATTN_FASTMATH)
 def attend_cached(q, k_cache, v_cache, q_pos, n_swa, scale, out):
     n_tok, n_head, d_k = q.shape
-    n_kv_head, d_v = k_cache.shape[1], v_cache.shape[2]
+    n_ctx, n_kv_head = k_cache.shape[0], k_cache.shape[1]
+    d_v = v_cache.shape[2]
     group = n_head // n_kv_head
+    keys = k_cache.reshape(n_ctx, n_kv_head * d_k)  # rows are positions
+    values = v_cache.reshape(n_ctx, n_kv_head * d_v)
     for t in prange(n_tok * n_head):
         i, h = t // n_head, t % n_head
-        kvh = h // group
+        k0, v0 = (h // group) * d_k, (h // group) * d_v
         hi = q_pos[i] + 1
         lo = max(0, hi - n_swa) if n_swa > 0 else 0
+        qv = q[i, h]
         scores = np.empty(hi - lo, np.float32)
         best = np.float32(-np.inf)
         for j in range(lo, hi):
             s = np.float32(0)
             for c in range(d_k):
-                s += q[i, h, c] * as_f32(k_cache[j, kvh, c])
+                s += ld(qv, c) * as_f32(ld2(keys, j, k0 + c))
             s *= scale
             scores[j - lo] = s
             best = max(best, s)
@@ -71,7 +78,7 @@ def attend_cached(q, k_cache, v_cache, q_pos, n_swa, scale, out):
         for j in range(lo, hi):
             w = scores[j - lo] / total
             for c in range(d_v):
-                acc[c] += w * as_f32(v_cache[j, kvh, c])
+                acc[c] += w * as_f32(ld2(values, j, v0 + c))
         out[i, h, :] = acc
 
 

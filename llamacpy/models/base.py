@@ -112,10 +112,15 @@ def rope_config(g: GGUFFile, arch: str, head_dim: int, mode: int) -> RopeConfig:
 
 
 class Weights:
-    """Binds GGUF tensors by name, checking each shape (ggml order) against the config."""
+    """Binds GGUF tensors by name, checking each shape (ggml order) against the config.
 
-    def __init__(self, g: GGUFFile):
-        self.g = g
+    With `repack` (llama.cpp's --repack, on by default) Q5_0 and IQ4_NL matrices are rewritten
+    once as Q8_0, an exact re-encoding the decode kernels run about 2x faster; the original
+    pages are then dropped from memory.
+    """
+
+    def __init__(self, g: GGUFFile, repack: bool = True):
+        self.g, self.repack = g, repack
 
     def vector(self, name: str, n: int, optional: bool = False) -> np.ndarray | None:
         t = self.g.tensors.get(name)
@@ -137,7 +142,10 @@ class Weights:
         if t.ne[:2] != (n_in, n_out):
             raise GGUFError(f"{self.g.path}: tensor '{name}.weight' has shape {list(t.ne)}, "
                             f"expected [{n_in}, {n_out}]")
-        return Linear(t)
+        layer = Linear(t, repack_q8_0=self.repack)
+        if layer.ggml_type != t.ggml_type:
+            self.g.release(t)
+        return layer
 
 
 class Attention:

@@ -29,9 +29,9 @@ class LlamaLayer:
 class LlamaModel:
     rope_mode = ROPE_NORM
 
-    def __init__(self, g: GGUFFile):
+    def __init__(self, g: GGUFFile, repack: bool = True):
         self.args = a = self.read_args(g)
-        w = Weights(g)
+        w = Weights(g, repack)
         self.token_embd = g.tensor("token_embd.weight")
         self.output_norm = w.vector("output_norm.weight", a.n_embd)
         self.output = w.linear("output", a.n_embd, a.n_vocab, optional=True) or \

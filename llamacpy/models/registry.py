@@ -18,10 +18,11 @@ ARCHITECTURES = {
 }
 
 
-def load_model(g: GGUFFile):
-    """The model object for an opened GGUF file; an unknown architecture is a clear error."""
+def load_model(g: GGUFFile, repack: bool = True):
+    """The model object for an opened GGUF file; an unknown architecture is a clear error.
+    `repack`: re-encode Q5_0/IQ4_NL matrices as Q8_0 for faster decoding (llama.cpp's --repack)."""
     arch = g.require(Keys.General.ARCHITECTURE)
     if arch not in ARCHITECTURES:
         raise GGUFError(f"{g.path}: unknown model architecture '{arch}' "
                         f"(llamacpy supports: {', '.join(ARCHITECTURES)})")
-    return ARCHITECTURES[arch](g)
+    return ARCHITECTURES[arch](g, repack)
