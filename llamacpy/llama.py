@@ -51,12 +51,14 @@ class Llama:
             self._n_ctx = n_ctx or self._model.args.n_ctx_train
             self._ctx = Context(self._model, n_ctx=self._n_ctx, n_ubatch=min(n_ubatch, n_batch))
             self._seq = SequenceState(self._ctx)
-            self.scores = np.zeros((self._n_ctx, self._model.args.n_vocab), np.float32)
+            # as llama-cpp-python: rows only for logits_all (pages are touched only when written)
+            rows = self._n_ctx if logits_all else n_batch
+            self.scores = np.empty((rows, self._model.args.n_vocab), np.float32)
         else:
             self._n_ctx = n_ctx
         self.input_ids = np.zeros(self._n_ctx, np.intc)
         self.n_tokens = 0
-        self.eval_logits: deque = deque(maxlen=self._n_ctx if logits_all else 1)
+        self._last_logits: np.ndarray | None = None  # float32 [n_vocab] after the last eval
 
     # -- vocabulary -------------------------------------------------------------------------
 
@@ -91,6 +93,17 @@ class Llama:
     # -- evaluation -------------------------------------------------------------------------
 
     @property
+    def eval_tokens(self) -> deque:
+        return deque(self.input_ids[: self.n_tokens].tolist(), maxlen=self._n_ctx)
+
+    @property
+    def eval_logits(self) -> deque:
+        rows = self.scores[: self.n_tokens] if self._logits_all else \
+            ([] if self._last_logits is None else [self._last_logits])
+        return deque([list(map(float, r)) for r in rows],
+                     maxlen=self._n_ctx if self._logits_all else 1)
+
+    @property
     def _input_ids(self) -> np.ndarray:
         return self.input_ids[: self.n_tokens]
 
@@ -113,10 +126,7 @@ class Llama:
             self.input_ids[n0 : n0 + n] = chunk
             if self._logits_all:
                 self.scores[n0 : n0 + n] = logits
-                self.eval_logits.extend(logits.tolist())
-            else:
-                self.scores[n0 + n - 1] = logits[-1]
-                self.eval_logits.append(logits[-1].tolist())
+            self._last_logits = logits[-1]
             self.n_tokens += n
 
     def _sync_cache(self) -> None:
@@ -183,7 +193,7 @@ class Llama:
             yield completion_chunk(cid, created, name, text, None, None)
         for step in generate(self._seq, self._tokenizer, sampler, tokens, max_tokens, stops,
                              stats=stats):
-            self._record(step)
+            self._last_logits = step.logits
             if step.text:
                 lp = token_logprobs(self, step, logprobs) if logprobs else None
                 yield completion_chunk(cid, created, name, step.text, lp, None)
@@ -194,10 +204,6 @@ class Llama:
         final = completion_chunk(cid, created, name, "", None, stats.finish_reason)
         final["usage"] = usage
         yield final
-
-    def _record(self, step) -> None:
-        if not self._logits_all:
-            self.eval_logits.append(step.logits.tolist())
 
     # -- chat ---------------------------------------------------------------------------------
 
