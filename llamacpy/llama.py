@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .chat import CHATML_TEMPLATE, ChatTemplate
+from .chat import CHATML_TEMPLATE, ChatTemplate, template_source
+from .hub import default_chat_template
 from .engine.context import Context
 from .engine.generate import GenerationStats, SequenceState, generate
 from .format import open_gguf
@@ -209,7 +210,8 @@ class Llama:
 
     def chat_template(self) -> ChatTemplate:
         tok = self._tokenizer
-        source = self._file.get("tokenizer.chat_template") or CHATML_TEMPLATE
+        source = template_source(self._file.get("tokenizer.chat_template")
+                                 or default_chat_template(self.model_path) or CHATML_TEMPLATE)
         return ChatTemplate(source, tok.bos_token, tok.eos_token, add_bos=tok.add_bos,
                             add_eos=tok.add_eos)
 

@@ -1,5 +1,8 @@
-"""Chat: Jinja chat templates with llama.cpp's globals (template.py)."""
+"""Chat: Jinja chat templates with llama.cpp's globals (template.py), reasoning split
+(reasoning.py)."""
 
-from .template import CHATML_TEMPLATE, ChatTemplate, ChatTemplateError
+from .template import (BUILTIN_TEMPLATES, CHATML_TEMPLATE, ChatTemplate, ChatTemplateError,
+                       template_source)
 
-__all__ = ["CHATML_TEMPLATE", "ChatTemplate", "ChatTemplateError"]
+__all__ = ["BUILTIN_TEMPLATES", "CHATML_TEMPLATE", "ChatTemplate", "ChatTemplateError",
+           "template_source"]

@@ -29,6 +29,27 @@ CHATML_TEMPLATE = (
 )
 
 
+# Gemma's turn format (llama.cpp's builtin "gemma" template), for Gemma files without a template
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- set system = messages[0]['content'] + '\n\n' -%}{%- set messages = messages[1:] -%}"
+    "{%- else -%}{%- set system = '' -%}{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+    "{{ '<start_of_turn>' + role + '\n' + (system if loop.first else '') "
+    "+ message['content'] | trim + '<end_of_turn>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
+)
+BUILTIN_TEMPLATES = {"chatml": CHATML_TEMPLATE, "gemma": GEMMA_TEMPLATE}
+
+
+def template_source(name_or_source: str) -> str:
+    """A builtin template by name (--chat-template chatml / gemma), else the text itself."""
+    return BUILTIN_TEMPLATES.get(name_or_source, name_or_source)
+
+
 class ChatTemplateError(ValueError):
     """A template that fails to parse or raises while rendering; the message says where."""
 

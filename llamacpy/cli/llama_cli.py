@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from ..engine.generate import GenerationStats, generate
-from ..hub import resolve_model
+from ..hub import default_chat_template, resolve_model
 from ..llama import Llama
 from ..sampling import Sampler, SamplingParams
 from .args import build_parser, check_cpu_only, drop_unsupported
@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     totals.t_load = time.perf_counter() - t0
     use_chat = args.conversation
     if use_chat is None:  # llama.cpp's "auto": chat when the model carries a template
-        use_chat = llm._file.get("tokenizer.chat_template") is not None
+        use_chat = bool(llm._file.get("tokenizer.chat_template")
+                        or default_chat_template(llm.model_path))
     try:
         if use_chat:
             conversation(llm, args, totals)

@@ -10,8 +10,11 @@ TOOLS = {
     "quantize": ("quantize", "quantize a GGUF model (llama-quantize)"),
     "inspect": ("inspect", "print a GGUF file's metadata and tensor table"),
     "pull": ("pull", "fetch a catalogue model into the model cache"),
+    "server": ("server", "serve a model over the OpenAI-compatible HTTP API (llama-server)"),
+    "cli": ("llama_cli", "chat with a model or complete a prompt (llama-cli)"),
+    "bench": ("bench", "measure prompt and generation speed (llama-bench)"),
 }
-PLANNED = {"server": "llama-server", "cli": "llama-cli", "bench": "llama-bench"}
+PLANNED: dict[str, str] = {}
 
 
 def main(argv: list[str] | None = None) -> int:

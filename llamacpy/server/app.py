@@ -1,0 +1,452 @@
+"""llama-server's HTTP routes (Starlette): llama.cpp's endpoints, JSON shapes and error objects.
+
+Request handlers only parse, tokenize and format; generation happens in the engine thread
+(engine.py), which sends each token back through a per-request asyncio queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, \
+    StreamingResponse
+from starlette.routing import Route
+
+from ..chat.reasoning import ReasoningParser, prompt_opens_thinking
+from .engine import EngineError, Task
+from .params import Completion, RequestError, completion_from, expect, messages_from, parse_body
+from .state import ServerState
+
+PUBLIC_PATHS = {"/health", "/v1/health", "/models", "/v1/models", "/"}
+ALLOWED_WHILE_LOADING = {"/health", "/v1/health", "/models", "/v1/models", "/"}
+WEBUI = Path(__file__).with_name("webui.html")
+
+
+def error(message: str, kind: str = "invalid_request_error", code: int | None = None,
+          **extra) -> JSONResponse:
+    """llama.cpp's error object (format_error_response)."""
+    codes = {"invalid_request_error": 400, "authentication_error": 401, "not_found_error": 404,
+             "server_error": 500, "permission_error": 403, "not_supported_error": 501,
+             "unavailable_error": 503, "exceed_context_size_error": 400}
+    status = code or codes.get(kind, 500)
+    return JSONResponse({"error": {"code": status, "message": message, "type": kind, **extra}},
+                        status_code=status)
+
+
+LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
+
+
+class Gate:
+    """ASGI middleware: API keys, then the loading state, then llama.cpp's 404 shape."""
+
+    def __init__(self, app, state: ServerState):
+        self.app, self.state = app, state
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope["path"]
+        if scope["method"] == "OPTIONS":
+            return await PlainTextResponse("", headers=cors())(scope, receive, send)
+        if self.state.api_keys and path not in PUBLIC_PATHS and not self._key_ok(scope):
+            return await error("Invalid API Key", "authentication_error")(scope, receive, send)
+        if not self.state.ready and path not in ALLOWED_WHILE_LOADING:
+            return await JSONResponse(LOADING, 503)(scope, receive, send)
+        await self.app(scope, receive, send)
+
+    def _key_ok(self, scope) -> bool:
+        headers = dict(scope["headers"])
+        key = (headers.get(b"authorization") or headers.get(b"x-api-key") or b"").decode()
+        key = key[len("Bearer "):] if key.startswith("Bearer ") else key
+        return key in self.state.api_keys
+
+
+def cors() -> dict:
+    return {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Headers": "*",
+            "Access-Control-Allow-Methods": "GET, POST, OPTIONS"}
+
+
+# -- simple endpoints -------------------------------------------------------------------------
+
+async def health(request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    if not state.ready:
+        return JSONResponse(LOADING, 503)
+    return JSONResponse({"status": "ok"})
+
+
+async def models(request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    meta = state.model_meta()
+    entry = {"id": state.alias, "object": "model", "created": int(state.t_start),
+             "owned_by": "llamacpp", "meta": meta}
+    legacy = {"name": state.alias, "model": state.alias, "modified_at": "", "size": "",
+              "digest": "", "type": "model", "description": "", "tags": [""],
+              "capabilities": ["completion"], "parameters": "", "details": {}}
+    return JSONResponse({"models": [legacy], "object": "list", "data": [entry]})
+
+
+async def props(request: Request) -> Response:
+    return JSONResponse(request.app.state.server.props())
+
+
+async def slots(request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    if not state.cfg.slots:
+        return error("This server does not support slots endpoint. Start it with `--slots`",
+                     "not_supported_error")
+    return JSONResponse(state.engine.slots_info())
+
+
+async def metrics(request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    if not state.cfg.metrics:
+        return error("This server does not support metrics endpoint. Start it with `--metrics`",
+                     "not_supported_error")
+    return PlainTextResponse(state.prometheus(), media_type="text/plain; version=0.0.4",
+                             headers={"Process-Start-Time-Unix": str(int(state.t_start))})
+
+
+async def tokenize(request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    data = parse_body(await request.body())
+    content = expect(data, "content", (str,), "")
+    ids = state.tokenizer.tokenize(content, expect(data, "add_special", (bool,), False),
+                                   expect(data, "parse_special", (bool,), True))
+    if not expect(data, "with_pieces", (bool,), False):
+        return JSONResponse({"tokens": ids})
+    pieces = []
+    for t in ids:
+        raw = state.tokenizer.token_to_piece(t, special=True)
+        try:
+            piece = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            piece = list(raw)
+        pieces.append({"id": t, "piece": piece})
+    return JSONResponse({"tokens": pieces})
+
+
+async def detokenize(request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    data = parse_body(await request.body())
+    tokens = expect(data, "tokens", (list,), [])
+    if not all(isinstance(t, int) and 0 <= t < state.tokenizer.n_vocab for t in tokens):
+        raise RequestError("'tokens' must be a list of valid token ids")
+    text = state.tokenizer.detokenize(tokens).decode("utf-8", errors="replace")
+    return JSONResponse({"content": text})
+
+
+async def apply_template(request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    data = parse_body(await request.body())
+    return JSONResponse({"prompt": state.render_chat(data)[0]})
+
+
+async def index(request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    if not state.cfg.webui:
+        return error("File Not Found", "not_found_error")
+    return HTMLResponse(WEBUI.read_text(encoding="utf-8"))
+
+
+# -- completions --------------------------------------------------------------------------------
+
+class Run:
+    """One request in flight: its task, event queue and response shape ("native", "text",
+    "chat")."""
+
+    def __init__(self, state: ServerState, request: Request, kind: str, c: Completion,
+                 prompt: list[int], opens_thinking: bool = False):
+        self.state, self.request, self.kind, self.c = state, request, kind, c
+        self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+        self.model = state.alias
+        self.queue: asyncio.Queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        self.task = Task(prompt=prompt, params=c.params, n_predict=c.n_predict, stop=c.stop,
+                         ignore_eos=c.ignore_eos, n_probs=c.n_probs,
+                         post_sampling_probs=c.post_sampling_probs, id_slot=c.id_slot,
+                         cache_prompt=c.cache_prompt,
+                         emit=lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev))
+        self.reasoning = ReasoningParser(state.cfg.reasoning_format, opens_thinking) \
+            if kind == "chat" else ReasoningParser("none")
+        self.task.starts_in_thinking = opens_thinking
+        self.task.reasoning_budget = state.cfg.reasoning_budget
+        self.task.think_end_tokens = state.think_end_tokens
+        self.content = self.reasoning_text = ""
+        self.tokens: list[int] = []
+        self.probs: list[dict] = []
+
+    async def events(self) -> AsyncIterator[dict]:
+        """Engine events of the submitted task until done; cancelled if the client goes away."""
+        try:
+            while True:
+                try:
+                    ev = await asyncio.wait_for(self.queue.get(), timeout=0.5)
+                except asyncio.TimeoutError:
+                    if await self.request.is_disconnected():
+                        return
+                    continue
+                yield ev
+                if ev["type"] in ("done", "error"):
+                    return
+        finally:
+            if not self.task.cancelled:
+                self.state.engine.cancel(self.task)
+
+    def absorb(self, ev: dict) -> tuple[str, str]:
+        """Record a token/done event; returns the (reasoning, content) text it adds."""
+        if ev.get("token") is not None:
+            self.tokens.append(ev["token"])
+        if ev.get("probs") and ev["type"] == "token":
+            self.probs.append(self.prob_entry(ev))
+        split = self.reasoning.feed(ev.get("text", ""), final=ev["type"] == "done")
+        self.content += split.content
+        self.reasoning_text += split.reasoning
+        return split.reasoning, split.content
+
+    def prob_entry(self, ev: dict) -> dict:
+        tok, post = self.state.tokenizer, self.c.post_sampling_probs
+        key = "prob" if post else "logprob"
+
+        def value(p: float) -> float:
+            # llama.cpp: log(0) would become null in JSON, so it reports the lowest float
+            return p if post else (math.log(p) if p > 0 else -3.4028234663852886e38)
+
+        def piece(t: int) -> tuple[str, list[int]]:
+            raw = tok.token_to_piece(t, special=True)
+            return raw.decode("utf-8", errors="replace"), list(raw)
+
+        text, raw = piece(ev["token"])
+        top = [{"id": t, "token": piece(t)[0], "bytes": piece(t)[1], key: value(p)}
+               for t, p in ev["probs"]["top"]]
+        return {"id": ev["token"], "token": text, "bytes": raw, key: value(ev["probs"]["p"]),
+                ("top_probs" if post else "top_logprobs"): top}
+
+
+def finish_reason(done: dict) -> str:
+    return "stop" if done["stop_type"] in ("eos", "word") else "length"
+
+
+def usage(done: dict) -> dict:
+    return {"completion_tokens": done["n_decoded"], "prompt_tokens": done["n_prompt"],
+            "total_tokens": done["n_decoded"] + done["n_prompt"],
+            "prompt_tokens_details": {"cached_tokens": done["n_cached"]}}
+
+
+def oai_logprobs(run: Run) -> dict | None:
+    if not run.probs:
+        return None
+    content = [{"id": p["id"], "token": p["token"], "bytes": p["bytes"],
+                "logprob": p.get("logprob", p.get("prob")),
+                "top_logprobs": [{"id": t["id"], "token": t["token"], "bytes": t["bytes"],
+                                  "logprob": t.get("logprob", t.get("prob"))}
+                                 for t in p.get("top_logprobs", p.get("top_probs", []))]}
+               for p in run.probs]
+    return {"content": content}
+
+
+def final_json(run: Run, done: dict) -> dict:
+    """The non-streamed response body."""
+    if run.kind == "native":
+        body = {"index": 0, "content": run.content, "tokens": run.tokens if run.c.return_tokens
+                else [], "id_slot": done["id_slot"], "stop": True, "model": run.model,
+                "tokens_predicted": done["n_decoded"], "tokens_evaluated": done["n_prompt"],
+                "generation_settings": run.state.generation_settings(run.c),
+                "has_new_line": "\n" in run.content, "truncated": False,
+                "stop_type": done["stop_type"], "stopping_word": done["stopping_word"],
+                "tokens_cached": done["n_prompt"] + done["n_decoded"],
+                "timings": done["timings"]}
+        if run.probs:
+            body["completion_probabilities"] = run.probs
+        return body
+    base = {"created": run.created, "model": run.model, "system_fingerprint": "llamacpy",
+            "usage": usage(done), "id": run.id, "timings": done["timings"]}
+    if run.kind == "text":
+        choice = {"text": run.content, "index": 0, "logprobs": oai_logprobs(run),
+                  "finish_reason": finish_reason(done)}
+        return {"choices": [choice], "object": "text_completion", **base}
+    message = {"role": "assistant", "content": run.content}
+    if run.reasoning_text:
+        message["reasoning_content"] = run.reasoning_text
+    choice = {"finish_reason": finish_reason(done), "index": 0, "message": message}
+    if run.probs:
+        choice["logprobs"] = oai_logprobs(run)
+    return {"choices": [choice], "object": "chat.completion", **base}
+
+
+def sse(data: dict | str) -> str:
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    return f"data: {text}\n\n"
+
+
+async def stream_body(run: Run) -> AsyncIterator[str]:
+    """Server-sent events in llama.cpp's chunk shapes; errors arrive as an error event."""
+    base = {"created": run.created, "id": run.id, "model": run.model,
+            "system_fingerprint": "llamacpy"}
+    if run.kind == "chat":
+        yield sse({"choices": [{"finish_reason": None, "index": 0,
+                                "delta": {"role": "assistant", "content": None}}],
+                   "object": "chat.completion.chunk", **base})
+    async for ev in run.events():
+        if ev["type"] == "error":
+            yield sse({"error": {"code": 500, "message": ev["message"], "type": ev["kind"]}})
+            return
+        reasoning, content = run.absorb(ev)
+        for chunk in stream_chunks(run, ev, reasoning, content, base):
+            yield sse(chunk)
+        if ev["type"] == "done" and run.kind != "native":
+            yield sse("[DONE]")
+
+
+def stream_chunks(run: Run, ev: dict, reasoning: str, content: str, base: dict) -> list[dict]:
+    done = ev["type"] == "done"
+    if run.kind == "native":
+        chunk = {"index": 0, "content": content, "tokens": [ev["token"]] if ev.get("token")
+                 is not None else [], "stop": done, "id_slot": ev.get("id_slot", -1),
+                 "tokens_predicted": len(run.tokens), "tokens_evaluated": len(run.task.prompt)}
+        if ev.get("probs") and not done:
+            chunk["completion_probabilities"] = [run.probs[-1]]
+        if done:
+            chunk.update(final_json(run, ev))
+            chunk["content"] = content
+        return [chunk]
+    out = []
+    if run.kind == "text":
+        if content or reasoning:
+            out.append({"choices": [{"text": content, "index": 0, "logprobs": None,
+                                     "finish_reason": None}], "object": "text_completion",
+                        **base})
+        if done:
+            out.append({"choices": [{"text": "", "index": 0, "logprobs": None,
+                                     "finish_reason": finish_reason(ev)}],
+                        "object": "text_completion", "usage": usage(ev),
+                        "timings": ev["timings"], **base})
+        return out
+    delta = {}
+    if reasoning:
+        delta["reasoning_content"] = reasoning
+    if content:
+        delta["content"] = content
+    if delta:
+        choice = {"finish_reason": None, "index": 0, "delta": delta}
+        if run.c.logprobs and ev.get("probs"):
+            choice["logprobs"] = {"content": oai_logprobs(run)["content"][-1:]}
+        out.append({"choices": [choice], "object": "chat.completion.chunk", **base})
+    if done:
+        final = {"choices": [{"finish_reason": finish_reason(ev), "index": 0, "delta": {}}],
+                 "object": "chat.completion.chunk", **base}
+        if run.c.include_usage:
+            out.append(final)
+            final = {"choices": [], "object": "chat.completion.chunk", "usage": usage(ev),
+                     **base}
+        final["timings"] = ev["timings"]
+        out.append(final)
+    return out
+
+
+async def respond(run: Run) -> Response:
+    if run.c.stream:
+        return StreamingResponse(stream_body(run), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", **cors()})
+    done = None
+    async for ev in run.events():
+        if ev["type"] == "error":
+            return error(ev["message"], ev["kind"])
+        run.absorb(ev)
+        if ev["type"] == "done":
+            done = ev
+    if done is None:  # the client went away
+        return Response(status_code=499)
+    return JSONResponse(final_json(run, done), headers=cors())
+
+
+async def completion(request: Request) -> Response:
+    """POST /completion (llama.cpp's native API)."""
+    state: ServerState = request.app.state.server
+    data = parse_body(await request.body())
+    c = completion_from(data, state.sampling_defaults, state.cfg.n_predict, oaicompat=False)
+    prompt = state.prompt_tokens(data.get("prompt", ""))
+    return await start(Run(state, request, "native", c, prompt))
+
+
+async def completions_oai(request: Request) -> Response:
+    """POST /v1/completions (OpenAI text completions)."""
+    state: ServerState = request.app.state.server
+    data = parse_body(await request.body())
+    if expect(data, "n", (int,), 1) != 1:
+        raise RequestError("only n = 1 is supported")
+    prompt = data.get("prompt", "")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    c = completion_from(data, state.sampling_defaults, state.cfg.n_predict, oaicompat=True)
+    return await start(Run(state, request, "text", c, state.prompt_tokens(prompt)))
+
+
+async def chat_completions(request: Request) -> Response:
+    """POST /v1/chat/completions (OpenAI chat)."""
+    state: ServerState = request.app.state.server
+    data = parse_body(await request.body())
+    messages_from(data)
+    if expect(data, "n", (int,), 1) != 1:
+        raise RequestError("only n = 1 is supported")
+    c = completion_from(data, state.sampling_defaults, state.cfg.n_predict, oaicompat=True)
+    text, _ = state.render_chat(data)
+    prompt = state.tokenizer.tokenize(text, add_special=True, parse_special=True)
+    return await start(Run(state, request, "chat", c, prompt, prompt_opens_thinking(text)))
+
+
+async def start(run: Run) -> Response:
+    """Queue the task (a refusal, e.g. a prompt too long, is a plain JSON error) and answer."""
+    try:
+        run.state.engine.submit(run.task)
+    except EngineError as e:
+        return error(str(e), e.kind, **e.extra)
+    return await respond(run)
+
+
+# -- the application -----------------------------------------------------------------------------
+
+def handle_errors(fn):
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await fn(request)
+        except RequestError as e:
+            return error(str(e))
+        except EngineError as e:
+            return error(str(e), e.kind, **e.extra)
+        except Exception as e:  # noqa: BLE001 - a bad request never takes the server down
+            return error(f"{type(e).__name__}: {e}", "server_error")
+    return wrapped
+
+
+ROUTES = [
+    ("/health", health, ["GET"]), ("/v1/health", health, ["GET"]),
+    ("/models", models, ["GET"]), ("/v1/models", models, ["GET"]),
+    ("/props", props, ["GET"]), ("/slots", slots, ["GET"]), ("/metrics", metrics, ["GET"]),
+    ("/completion", completion, ["POST"]), ("/completions", completion, ["POST"]),
+    ("/v1/completions", completions_oai, ["POST"]),
+    ("/chat/completions", chat_completions, ["POST"]),
+    ("/v1/chat/completions", chat_completions, ["POST"]),
+    ("/tokenize", tokenize, ["POST"]), ("/detokenize", detokenize, ["POST"]),
+    ("/apply-template", apply_template, ["POST"]), ("/", index, ["GET"]),
+]
+
+
+async def not_found(request: Request, exc) -> Response:
+    return error("File Not Found", "not_found_error")
+
+
+def build_app(state: ServerState) -> Gate:
+    app = Starlette(routes=[Route(p, handle_errors(fn), methods=m) for p, fn, m in ROUTES],
+                    exception_handlers={404: not_found, 405: not_found})
+    app.state.server = state
+    return Gate(app, state)

@@ -1,0 +1,211 @@
+"""Everything the routes share: configuration, the loaded model and tokenizer, the chat template,
+the engine thread, and the documents behind /props and /metrics."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..chat import CHATML_TEMPLATE, ChatTemplate, template_source
+from ..hub import default_chat_template
+from ..format import open_gguf
+from ..models import load_model
+from ..sampling import SamplingParams
+from ..tokenizer import Tokenizer
+from .engine import Engine
+from .params import Completion, RequestError, messages_from
+
+
+@dataclass
+class ServerConfig:
+    model_path: str
+    alias: str = ""
+    n_ctx: int = 4096
+    n_parallel: int = 1
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_predict: int = -1
+    type_k: str = "f16"
+    type_v: str = "f16"
+    repack: bool = True
+    api_keys: list[str] = field(default_factory=list)
+    webui: bool = True
+    metrics: bool = False
+    slots: bool = True
+    chat_template: str | None = None
+    chat_template_kwargs: dict = field(default_factory=dict)
+    reasoning_format: str = "auto"
+    reasoning: str = "auto"  # on / off / auto: enable_thinking in the template
+    reasoning_budget: int = -1
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+
+class ServerState:
+    def __init__(self, cfg: ServerConfig):
+        self.cfg = cfg
+        self.api_keys = set(cfg.api_keys)
+        self.alias = cfg.alias or cfg.model_path.rsplit("/", 1)[-1]
+        self.ready = False
+        self.load_error: str | None = None
+        self.t_start = time.time()
+        self.engine: Engine | None = None
+        self.thread: threading.Thread | None = None
+
+    # -- loading ---------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Open the model and start the engine thread (call from a background thread)."""
+        cfg = self.cfg
+        self.gguf = open_gguf(cfg.model_path)
+        self.tokenizer = Tokenizer.from_gguf(self.gguf)
+        self.model = load_model(self.gguf, repack=cfg.repack)
+        n_ctx = cfg.n_ctx or self.model.args.n_ctx_train
+        self.engine = Engine(self.model, self.tokenizer, n_ctx, cfg.n_parallel, cfg.n_batch,
+                             cfg.n_ubatch, type_k=cfg.type_k, type_v=cfg.type_v)
+        source = template_source(cfg.chat_template or self.gguf.get("tokenizer.chat_template")
+                                 or default_chat_template(cfg.model_path) or CHATML_TEMPLATE)
+        tok = self.tokenizer
+        self.template = ChatTemplate(source, tok.bos_token, tok.eos_token, add_bos=tok.add_bos,
+                                     add_eos=tok.add_eos)
+        self.think_end_tokens = tok.tokenize("\n</think>\n\n", add_special=False,
+                                             parse_special=True)
+        self.sampling_defaults = SamplingParams.from_gguf(self.gguf, **_overrides(cfg.sampling))
+        self.warm_up()
+        self.thread = threading.Thread(target=self.engine.run, name="llamacpy-engine",
+                                       daemon=True)
+        self.thread.start()
+        self.ready = True
+
+    def warm_up(self) -> None:
+        """One short decode so the kernels are loaded before the first request (as llama.cpp)."""
+        from ..engine.batch import Batch
+
+        ctx = self.engine.ctx
+        ctx.decode(Batch.from_tokens([self.tokenizer.bos if self.tokenizer.bos >= 0 else 0]))
+        ctx.cache.clear()
+
+    def stop(self) -> None:
+        if self.engine is not None:
+            self.engine.stop()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+
+    # -- prompts ---------------------------------------------------------------------------------
+
+    def prompt_tokens(self, prompt: Any) -> list[int]:
+        """A prompt as a string, a token list, or a mix (llama.cpp's tokenize_mixed)."""
+        if isinstance(prompt, str):
+            return self.tokenizer.tokenize(prompt, add_special=True, parse_special=True)
+        if isinstance(prompt, list) and all(isinstance(p, (int, str)) for p in prompt):
+            out: list[int] = []
+            for i, p in enumerate(prompt):
+                if isinstance(p, int):
+                    if not 0 <= p < self.tokenizer.n_vocab:
+                        raise RequestError(f"invalid token id {p} in prompt")
+                    out.append(p)
+                else:
+                    out += self.tokenizer.tokenize(p, add_special=i == 0, parse_special=True)
+            return out
+        raise RequestError("'prompt' must be a string or a list of tokens and strings")
+
+    def render_chat(self, data: dict) -> tuple[str, dict]:
+        """The prompt for a chat request: the template with server and request kwargs."""
+        messages = messages_from(data)
+        kwargs = dict(self.cfg.chat_template_kwargs)
+        if self.cfg.reasoning in ("on", "off"):
+            kwargs["enable_thinking"] = self.cfg.reasoning == "on"
+        request_kwargs = data.get("chat_template_kwargs") or {}
+        if not isinstance(request_kwargs, dict):
+            raise RequestError("'chat_template_kwargs' must be an object")
+        kwargs.update(request_kwargs)
+        tools = data.get("tools")
+        text = self.template.render(messages, add_generation_prompt=True, tools=tools, **kwargs)
+        return text, kwargs
+
+    # -- documents -------------------------------------------------------------------------------
+
+    def generation_settings(self, c: Completion | None = None) -> dict:
+        p = c.params if c else self.sampling_defaults
+        settings = {k: v for k, v in vars(p).items() if k != "logit_bias"}
+        settings["n_predict"] = c.n_predict if c else self.cfg.n_predict
+        settings["stop"] = c.stop if c else []
+        return settings
+
+    def props(self) -> dict:
+        tok = getattr(self, "tokenizer", None)
+        return {
+            "default_generation_settings": {"n_ctx": self.engine.n_ctx_slot if self.engine
+                                            else self.cfg.n_ctx,
+                                            "params": self.generation_settings()
+                                            if self.ready else {}},
+            "total_slots": self.cfg.n_parallel, "model_path": self.cfg.model_path,
+            "model_alias": self.alias,
+            "chat_template": self.template.source if self.ready else "",
+            "bos_token": tok.bos_token if tok else "", "eos_token": tok.eos_token if tok else "",
+            "modalities": {"vision": False, "audio": False},
+            "build_info": "llamacpy", "is_sleeping": False,
+            "webui": self.cfg.webui, "api_key_required": bool(self.api_keys),
+        }
+
+    def model_meta(self) -> dict:
+        if not self.ready:
+            return {}
+        a = self.model.args
+        return {"vocab_type": 2, "n_vocab": a.n_vocab, "n_ctx_train": a.n_ctx_train,
+                "n_embd": a.n_embd, "n_params": sum(t.n_elements for t in
+                                                    self.gguf.tensors.values()),
+                "size": sum(t.nbytes for t in self.gguf.tensors.values())}
+
+    def prometheus(self) -> str:
+        m, e = self.engine.metrics, self.engine
+        busy = sum(s.busy for s in e.slots)
+        rate = lambda b: b[0] / b[1] if b[1] else 0.0  # noqa: E731
+        counters = [
+            ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens",
+             m.n_prompt_tokens),
+            ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache",
+             m.n_prompt_cached),
+            ("prompt_seconds_total", "Total time spent processing prompts", m.t_prompt),
+            ("tokens_predicted_total", "Number of generation tokens processed", m.n_predicted),
+            ("tokens_predicted_seconds_total", "Total time spent generating tokens",
+             m.t_predicted),
+            ("n_decode_total", "Total number of llama_decode() calls", m.n_decode),
+            ("n_tokens_max", "Largest observed sequence length (prompt + generation)",
+             m.n_tokens_max),
+        ]
+        gauges = [
+            ("prompt_tokens_seconds", "Average prompt throughput in tokens/s",
+             rate(m.bucket_prompt)),
+            ("predicted_tokens_seconds", "Average generation throughput in tokens/s",
+             rate(m.bucket_predict)),
+            ("requests_processing", "Number of requests processing", busy),
+            ("requests_deferred", "Number of requests deferred", e.n_deferred()),
+            ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
+             m.n_busy_slots / max(m.n_decode, 1)),
+        ]
+        m.bucket_prompt[:] = [0, 0.0]  # the gauges average over the window between scrapes
+        m.bucket_predict[:] = [0, 0.0]
+        lines = []
+        for kind, items in (("counter", counters), ("gauge", gauges)):
+            for name, help_text, value in items:
+                lines += [f"# HELP llamacpp:{name} {help_text}", f"# TYPE llamacpp:{name} {kind}",
+                          f"llamacpp:{name} {float(value):g}"]
+        return "\n".join(lines) + "\n"
+
+
+def _overrides(p: SamplingParams) -> dict:
+    """Fields the command line set away from llama.cpp's defaults (they beat model metadata)."""
+    base = SamplingParams()
+    return {k: v for k, v in vars(p).items() if v != getattr(base, k)}
+
+
+def parse_kwargs(text: str | None) -> dict:
+    if not text:
+        return {}
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError("--chat-template-kwargs must be a JSON object")
+    return value
