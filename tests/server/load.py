@@ -57,7 +57,8 @@ async def run_load(url: str, n_clients: int, seconds: float, max_tokens: int = 2
             i = 0
             while time.monotonic() < deadline:
                 try:
-                    result.tokens += await one_stream(client, url, c * 1000 + i, max_tokens)
+                    n = await one_stream(client, url, c * 1000 + i, max_tokens)
+                    result.tokens += n  # after the await: no update lost between clients
                     result.completed += 1
                 except Exception as e:  # noqa: BLE001 - every failure is reported
                     result.failures.append(f"client {c} request {i}: {e!r}")
