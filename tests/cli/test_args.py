@@ -1,0 +1,36 @@
+"""Flags with llama.cpp's names, LLAMA_ARG_* environment variables, unsupported flags."""
+
+from __future__ import annotations
+
+from llamacpy.cli.args import build_parser, drop_unsupported
+
+
+def test_env_variables_give_defaults(monkeypatch):
+    monkeypatch.setenv("LLAMA_ARG_CTX_SIZE", "1234")
+    monkeypatch.setenv("LLAMA_ARG_N_PARALLEL", "3")
+    monkeypatch.setenv("LLAMA_ARG_ENDPOINT_METRICS", "1")
+    monkeypatch.setenv("LLAMA_API_KEY", "k1,k2")
+    args = build_parser("server", "llama-server", "").parse_args(["-m", "x.gguf"])
+    assert (args.ctx_size, args.parallel, args.metrics, args.api_key) == (1234, 3, True, "k1,k2")
+    # the command line still wins
+    args = build_parser("server", "llama-server", "").parse_args(["-m", "x", "-c", "99"])
+    assert args.ctx_size == 99
+
+
+def test_llama_cpp_spellings():
+    args = build_parser("server", "llama-server", "").parse_args(
+        ["--model", "m", "--ctx-size", "2048", "--parallel", "2", "--threads", "4",
+         "--threads-batch", "4", "--batch-size", "256", "--ubatch-size", "256", "--jinja",
+         "-ngl", "0", "--no-webui", "--no-slots", "-a", "name", "-ctk", "f32", "--no-repack"])
+    assert (args.ctx_size, args.parallel, args.threads, args.batch_size) == (2048, 2, 4, 256)
+    assert not args.webui and not args.slots and args.alias == "name"
+    assert args.cache_type_k == "f32" and args.repack is False
+
+
+def test_unsupported_flags_answer_with_one_line(capsys):
+    rest = drop_unsupported(["-m", "m", "--grammar", "root ::= x", "--swa-full", "-c", "8"],
+                            "llama-server")
+    assert rest == ["-m", "m", "-c", "8"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["llama-server: --grammar is not supported by llamacpy yet; ignoring it",
+                   "llama-server: --swa-full is not supported by llamacpy yet; ignoring it"]
