@@ -3,8 +3,9 @@ against llama.cpp's whole decode step on the same model, measured in the same ru
 
     python bench/decode_step.py MODEL [-t 1] [-n 64] [--ctx 512]
 
-Each llamacpy kernel call is timed by wrapping the model's Linear layers and attention kernel;
-"glue" is the step time minus kernel time (norms, rope, residuals, batch and cache bookkeeping).
+Each llamacpy kernel call is timed by wrapping the model's Linear layers, the attention kernel, the
+norms, rope, activations and the KV-cache store; "glue" is the step time minus all of those
+(residual adds, reshapes, batch bookkeeping, Python between the calls).
 llama.cpp's step is timed through llama-cpp-python's eval([token]) after a prompt of the same
 length, interleaved with ours.
 """
@@ -39,8 +40,8 @@ class Timed:
         return getattr(self.fn, name)
 
 
-def instrument(model, totals: dict) -> None:
-    from llamacpy.models import base
+def instrument(model, totals: dict, cache=None) -> None:
+    from llamacpy.models import base, gemma3, llama
 
     model.output = Timed(model.output, "matmul output", totals)
     for layer in model.layers:
@@ -49,7 +50,14 @@ def instrument(model, totals: dict) -> None:
             setattr(att, name, Timed(getattr(att, name), "matmul attention", totals))
         for name in ("ffn_gate", "ffn_up", "ffn_down"):
             setattr(ffn, name, Timed(getattr(ffn, name), "matmul ffn", totals))
+        ffn.activation = Timed(ffn.activation, "activation", totals)
     base.attend = Timed(base.attend, "attention", totals)
+    for module in (base, llama, gemma3):  # each model file imported the ops by name
+        for name, label in (("rms_norm", "rms norms"), ("apply_rope", "rope")):
+            if hasattr(module, name):
+                setattr(module, name, Timed(getattr(module, name), label, totals))
+    if cache is not None:
+        cache.store = Timed(cache.store, "kv cache store", totals)
 
 
 def main() -> None:
@@ -83,7 +91,7 @@ def main() -> None:
         ctx.decode(Batch.from_tokens([5], pos0=args.ctx + i))
         ref.eval([5])
     totals: dict = defaultdict(float)
-    instrument(model, totals)
+    instrument(model, totals, ctx.cache)
     ours, theirs = [], []
     for i in range(4, args.steps):
         t0 = time.perf_counter()
@@ -105,7 +113,7 @@ def report(args, path, totals, ours, theirs) -> None:
     for label in sorted(totals):
         print(f"| {label} | {totals[label] / n * 1000:.2f} |")
     matmuls = sum(v for k, v in totals.items() if k.startswith("matmul")) / n
-    print(f"| glue (norms, rope, residuals, bookkeeping) | {(step - kernel) * 1000:.2f} |")
+    print(f"| glue (residuals, reshapes, bookkeeping) | {(step - kernel) * 1000:.2f} |")
     print(f"| **llamacpy step** | **{step * 1000:.2f}** |")
     print(f"| **llama.cpp step** | **{ref_step * 1000:.2f}** |")
     print(f"\nllamacpy matmuls alone: {matmuls * 1000:.2f} ms = {ref_step / matmuls:.2f}x the speed "

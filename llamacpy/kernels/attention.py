@@ -1,8 +1,15 @@
 """Causal attention over an fp16 KV cache (one sequence, one layer at a time).
 
-`attend_cached` is the numba kernel for decode-sized batches (it reads the fp16 cache in place);
+`attend_cached` is the numba kernel for decode-sized batches (it reads the fp16 cache in place),
+written in kernels/simd.py's SIMD values: per token and KV head, the query heads that share it
+go four at a time (grouped-query attention), so each key and value row is read and converted once
+per four heads: scores two keys by four heads per pass, a softmax with a vectorised exp, then the
+weighted values 16 columns by four heads per pass; values are prefetched while the scores run,
+since between two tokens the weights streamed through the cache evict the KV rows. With fewer
+than three query heads per KV head, or fewer (token, KV head) tasks than threads, one head at a
+time (eight keys per pass). Head sizes that are not a multiple of 8 take `attend_cached_scalar`.
 `attend_blas` converts the visible cache once and uses BLAS, faster for prompt chunks;
-`attend_reference` is the plain numpy twin both are tested against.
+`attend_reference` is the plain numpy twin all three are tested against.
 
 Shapes: q float32 [n_tok, n_head, d_k]; k_cache [n_ctx, n_head_kv, d_k] as uint16 fp16 bits or
 float32 (-ctk f32); v_cache likewise [n_ctx, n_head_kv, d_v]; q_pos int32 [n_tok] (each query sees keys at positions
@@ -13,10 +20,13 @@ Query head h reads KV head h // (n_head / n_head_kv) (grouped-query attention).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange, types
+from numba import get_num_threads, njit, prange, types
 from numba.extending import overload
 
 from .dequant import f16_bits_to_f32, ld, ld2
+from .simd import (f32x8_add, f32x8_exp, f32x8_fma, f32x8_hmax, f32x8_max, f32x8_mul, f32x8_recip,
+                   f32x8_splat, f32x8_sum, f32x8_zero, lane, load_f32, load_row8, prefetch,
+                   store_f32, store_row8, sums8, swap_halves)
 
 # the score reduction and the softmax may be reassociated: SIMD sums, not bit-exact to numpy
 ATTN_FASTMATH = {"contract", "reassoc"}
@@ -47,7 +57,7 @@ def to_f32(cache: np.ndarray) -> np.ndarray:
 
 
 @njit(parallel=True, cache=True, fastmath=ATTN_FASTMATH)
-def attend_cached(q, k_cache, v_cache, q_pos, n_swa, scale, out):
+def attend_cached_scalar(q, k_cache, v_cache, q_pos, n_swa, scale, out):
     n_tok, n_head, d_k = q.shape
     n_ctx, n_kv_head = k_cache.shape[0], k_cache.shape[1]
     d_v = v_cache.shape[2]
@@ -82,6 +92,214 @@ def attend_cached(q, k_cache, v_cache, q_pos, n_swa, scale, out):
         out[i, h, :] = acc
 
 
+@njit(inline="always")
+def _scores(qs, row, keys, k0, lo, hi, scale, p, g):
+    """p[g, j - lo] = scale * (q . k_j) for keys lo..hi - 1: eight keys per pass, so each query
+    vector load serves eight FMAs and one transposing add tree gives the eight sums."""
+    d_k = qs.shape[1]
+    j = lo
+    while j + 8 <= hi:
+        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = f32x8_zero()
+        for c in range(0, d_k, 8):
+            qv = load_row8(qs, row, c)
+            a0 = f32x8_fma(qv, load_row8(keys, j, k0 + c), a0)
+            a1 = f32x8_fma(qv, load_row8(keys, j + 1, k0 + c), a1)
+            a2 = f32x8_fma(qv, load_row8(keys, j + 2, k0 + c), a2)
+            a3 = f32x8_fma(qv, load_row8(keys, j + 3, k0 + c), a3)
+            a4 = f32x8_fma(qv, load_row8(keys, j + 4, k0 + c), a4)
+            a5 = f32x8_fma(qv, load_row8(keys, j + 5, k0 + c), a5)
+            a6 = f32x8_fma(qv, load_row8(keys, j + 6, k0 + c), a6)
+            a7 = f32x8_fma(qv, load_row8(keys, j + 7, k0 + c), a7)
+        store_row8(p, g, j - lo, f32x8_mul(sums8(a0, a1, a2, a3, a4, a5, a6, a7), scale))
+        j += 8
+    while j < hi:
+        a0 = f32x8_zero()
+        for c in range(0, d_k, 8):
+            a0 = f32x8_fma(load_row8(qs, row, c), load_row8(keys, j, k0 + c), a0)
+        p[g, j - lo] = f32x8_sum(a0) * scale
+        j += 1
+
+
+@njit(inline="always")
+def _softmax_numerators(p, g, n):
+    """p[g, :n] <- exp(p[g, :n] - max); returns their sum."""
+    n8 = n // 8 * 8
+    m = np.float32(-np.inf)
+    if n8 > 0:
+        mv = load_row8(p, g, 0)
+        for j in range(8, n8, 8):
+            mv = f32x8_max(mv, load_row8(p, g, j))
+        m = f32x8_hmax(mv)
+    for j in range(n8, n):
+        m = max(m, p[g, j])
+    total = f32x8_zero()
+    for j in range(0, n8, 8):
+        e = f32x8_exp(f32x8_add(load_row8(p, g, j), f32x8_splat(-m)))
+        store_row8(p, g, j, e)
+        total = f32x8_add(total, e)
+    s = f32x8_sum(total)
+    for j in range(n8, n):
+        e = np.exp(p[g, j] - m)
+        p[g, j] = e
+        s += e
+    return s
+
+
+@njit(inline="always")
+def _weighted_values(p, g, values, v0, lo, hi, norm, outs, row):
+    """outs[row] = norm * sum_j p[g, j - lo] * v_j: 64 columns (eight accumulators) per pass."""
+    d_v = outs.shape[1]
+    for c in range(0, d_v // 64 * 64, 64):
+        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = f32x8_zero()
+        for j in range(lo, hi):
+            w = f32x8_splat(p[g, j - lo])
+            a0 = f32x8_fma(w, load_row8(values, j, v0 + c), a0)
+            a1 = f32x8_fma(w, load_row8(values, j, v0 + c + 8), a1)
+            a2 = f32x8_fma(w, load_row8(values, j, v0 + c + 16), a2)
+            a3 = f32x8_fma(w, load_row8(values, j, v0 + c + 24), a3)
+            a4 = f32x8_fma(w, load_row8(values, j, v0 + c + 32), a4)
+            a5 = f32x8_fma(w, load_row8(values, j, v0 + c + 40), a5)
+            a6 = f32x8_fma(w, load_row8(values, j, v0 + c + 48), a6)
+            a7 = f32x8_fma(w, load_row8(values, j, v0 + c + 56), a7)
+        store_row8(outs, row, c, f32x8_mul(a0, norm))
+        store_row8(outs, row, c + 8, f32x8_mul(a1, norm))
+        store_row8(outs, row, c + 16, f32x8_mul(a2, norm))
+        store_row8(outs, row, c + 24, f32x8_mul(a3, norm))
+        store_row8(outs, row, c + 32, f32x8_mul(a4, norm))
+        store_row8(outs, row, c + 40, f32x8_mul(a5, norm))
+        store_row8(outs, row, c + 48, f32x8_mul(a6, norm))
+        store_row8(outs, row, c + 56, f32x8_mul(a7, norm))
+    for c in range(d_v // 64 * 64, d_v, 8):
+        a0 = f32x8_zero()
+        for j in range(lo, hi):
+            a0 = f32x8_fma(f32x8_splat(p[g, j - lo]), load_row8(values, j, v0 + c), a0)
+        store_row8(outs, row, c, f32x8_mul(a0, norm))
+
+
+@njit(inline="always")
+def _scores4(qs, q0, q1, q2, q3, keys, k0, lo, hi, scale, p, values, v0, d_v):
+    """p[4 (j - lo) + g] = scale * (q_g . k_j) for query rows q0..q3 and keys lo..hi - 1, two keys
+    by four heads per pass (eight accumulators, one transposing add tree). An odd last key is
+    paired with itself and the twin's scores set to -inf. Prefetches the value rows of the keys
+    in flight and the key rows 16 ahead."""
+    d_k = qs.shape[1]
+    kb, vb = keys.itemsize, values.itemsize
+    for j in range(lo, hi, 2):
+        j1 = min(j + 1, hi - 1)
+        for o in range(0, d_k * kb, 64):
+            prefetch(keys, j + 16, k0 * kb + o)
+            prefetch(keys, j + 17, k0 * kb + o)
+        for o in range(0, d_v * vb, 64):
+            prefetch(values, j, v0 * vb + o)
+            prefetch(values, j1, v0 * vb + o)
+        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = f32x8_zero()
+        for c in range(0, d_k, 8):
+            k, kk = load_row8(keys, j, k0 + c), load_row8(keys, j1, k0 + c)
+            x0, x1 = load_row8(qs, q0, c), load_row8(qs, q1, c)
+            x2, x3 = load_row8(qs, q2, c), load_row8(qs, q3, c)
+            a0, a1 = f32x8_fma(x0, k, a0), f32x8_fma(x1, k, a1)
+            a2, a3 = f32x8_fma(x2, k, a2), f32x8_fma(x3, k, a3)
+            a4, a5 = f32x8_fma(x0, kk, a4), f32x8_fma(x1, kk, a5)
+            a6, a7 = f32x8_fma(x2, kk, a6), f32x8_fma(x3, kk, a7)
+        store_f32(p, 4 * (j - lo), f32x8_mul(sums8(a0, a1, a2, a3, a4, a5, a6, a7), scale))
+    if (hi - lo) % 2:
+        for g in range(4):
+            p[4 * (hi - lo) + g] = -np.inf
+
+
+@njit(inline="always")
+def _softmax4(p, n_pairs):
+    """p <- exp(p - max) per head (lane g and g + 4 of each vector are head g); returns the sums
+    (head g's in lanes g and g + 4)."""
+    m = load_f32(p, 0)
+    for i in range(1, n_pairs):
+        m = f32x8_max(m, load_f32(p, 8 * i))
+    minus_m = f32x8_mul(f32x8_max(m, swap_halves(m)), -1)
+    total = f32x8_zero()
+    for i in range(n_pairs):
+        e = f32x8_exp(f32x8_add(load_f32(p, 8 * i), minus_m))
+        store_f32(p, 8 * i, e)
+        total = f32x8_add(total, e)
+    return f32x8_add(total, swap_halves(total))
+
+
+@njit(inline="always")
+def _values4(p, values, v0, lo, hi, norm, outs, q0, q1, q2, q3):
+    """outs[q_g] = norm[g] * sum_j p[4 (j - lo) + g] * v_j, 16 columns by four heads per pass."""
+    for c in range(0, outs.shape[1], 16):
+        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = f32x8_zero()
+        for j in range(lo, hi):
+            va, vb = load_row8(values, j, v0 + c), load_row8(values, j, v0 + c + 8)
+            i = 4 * (j - lo)
+            w0, w1 = f32x8_splat(p[i]), f32x8_splat(p[i + 1])
+            w2, w3 = f32x8_splat(p[i + 2]), f32x8_splat(p[i + 3])
+            a0, a1 = f32x8_fma(w0, va, a0), f32x8_fma(w1, va, a1)
+            a2, a3 = f32x8_fma(w2, va, a2), f32x8_fma(w3, va, a3)
+            a4, a5 = f32x8_fma(w0, vb, a4), f32x8_fma(w1, vb, a5)
+            a6, a7 = f32x8_fma(w2, vb, a6), f32x8_fma(w3, vb, a7)
+        n0, n1, n2, n3 = lane(norm, 0), lane(norm, 1), lane(norm, 2), lane(norm, 3)
+        store_row8(outs, q0, c, f32x8_mul(a0, n0))
+        store_row8(outs, q0, c + 8, f32x8_mul(a4, n0))
+        store_row8(outs, q1, c, f32x8_mul(a1, n1))
+        store_row8(outs, q1, c + 8, f32x8_mul(a5, n1))
+        store_row8(outs, q2, c, f32x8_mul(a2, n2))
+        store_row8(outs, q2, c + 8, f32x8_mul(a6, n2))
+        store_row8(outs, q3, c, f32x8_mul(a3, n3))
+        store_row8(outs, q3, c + 8, f32x8_mul(a7, n3))
+
+
+@njit(inline="always")
+def _attend_group4(qs, first, group, keys, k0, values, v0, lo, hi, scale, outs):
+    """Query rows first..first + group - 1 (group >= 3) four at a time; a last partial four
+    repeats its last head (computed twice, stored twice)."""
+    n, d_v, last = hi - lo, outs.shape[1], first + group - 1
+    p = np.empty(4 * (n + 1), np.float32)  # [key, head] scores, then softmax numerators
+    for h in range(0, group, 4):
+        q0 = first + h
+        q1, q2, q3 = min(q0 + 1, last), min(q0 + 2, last), min(q0 + 3, last)
+        _scores4(qs, q0, q1, q2, q3, keys, k0, lo, hi, scale, p, values, v0, d_v)
+        total = _softmax4(p, (n + 1) // 2)
+        _values4(p, values, v0, lo, hi, f32x8_recip(total), outs, q0, q1, q2, q3)
+
+
+@njit(inline="always")
+def _attend_each(qs, first, group, keys, k0, values, v0, lo, hi, scale, outs):
+    """Query rows first..first + group - 1 one at a time."""
+    p = np.empty((1, hi - lo), np.float32)  # scores, then softmax numerators
+    for row in range(first, first + group):
+        _scores(qs, row, keys, k0, lo, hi, scale, p, 0)
+        total = _softmax_numerators(p, 0, hi - lo)
+        _weighted_values(p, 0, values, v0, lo, hi, np.float32(1) / total, outs, row)
+
+
+@njit(parallel=True, cache=True, fastmath=ATTN_FASTMATH)
+def attend_cached(q, k_cache, v_cache, q_pos, n_swa, scale, out, by_head=False):
+    # head sizes multiples of 8; by_head: a task per query head (when tasks < threads)
+    n_tok, n_head, d_k = q.shape
+    n_ctx, n_kv_head = k_cache.shape[0], k_cache.shape[1]
+    d_v = v_cache.shape[2]
+    group = n_head // n_kv_head
+    keys = k_cache.reshape(n_ctx, n_kv_head * d_k)  # rows are positions
+    values = v_cache.reshape(n_ctx, n_kv_head * d_v)
+    qs = q.reshape(n_tok * n_head, d_k)
+    outs = out.reshape(n_tok * n_head, d_v)
+    if group >= 3 and d_v % 16 == 0 and not by_head:
+        for t in prange(n_tok * n_kv_head):  # a task per token and KV head
+            i, kvh = t // n_kv_head, t % n_kv_head
+            hi = q_pos[i] + 1
+            lo = max(0, hi - n_swa) if n_swa > 0 else 0
+            _attend_group4(qs, i * n_head + kvh * group, group, keys, kvh * d_k, values,
+                           kvh * d_v, lo, hi, scale, outs)
+    else:  # a task per token and query head: more tasks than threads
+        for t in prange(n_tok * n_head):
+            i, h = t // n_head, t % n_head
+            kvh = h // group
+            hi = q_pos[i] + 1
+            lo = max(0, hi - n_swa) if n_swa > 0 else 0
+            _attend_each(qs, i * n_head + h, 1, keys, kvh * d_k, values, kvh * d_v, lo, hi,
+                         scale, outs)
+
+
 def attend_blas(q, k_cache, v_cache, q_pos, n_swa, scale, out):
     """Same result via float32 BLAS: per KV head, scores = Q K^T over the visible keys."""
     n_tok, n_head, _ = q.shape
@@ -107,11 +325,15 @@ def attend_blas(q, k_cache, v_cache, q_pos, n_swa, scale, out):
 
 
 def attend(q, k_cache, v_cache, q_pos, n_swa, scale, out) -> np.ndarray:
-    """Dispatch by batch size; returns out."""
+    """Dispatch by batch size and head size; returns out."""
     if q.shape[0] >= BLAS_MIN_TOKENS:
         attend_blas(q, k_cache, v_cache, q_pos, n_swa, scale, out)
+    elif q.shape[2] % 8 or v_cache.shape[2] % 8 or not out.flags.c_contiguous:
+        attend_cached_scalar(q, k_cache, v_cache, q_pos, n_swa, np.float32(scale), out)
     else:
-        attend_cached(q, k_cache, v_cache, q_pos, n_swa, np.float32(scale), out)
+        by_head = q.shape[0] * k_cache.shape[1] < get_num_threads()
+        attend_cached(np.ascontiguousarray(q), k_cache, v_cache, q_pos, n_swa, np.float32(scale),
+                      out, by_head)
     return out
 
 

@@ -1,15 +1,22 @@
 """Decode-time kernels: y[rows] = W[rows, n] @ x[n] with W read in place from the mapped file.
 
 W is the uint8 block view [rows, row_bytes] of a GGUF tensor (a uint16 view for F16/BF16), x and
-y are float32. Every kernel decodes weights to float32 and multiply-adds them into a 32-lane
-float32 accumulator that stays in SIMD registers across blocks and is summed once per row. The
-constant parts of a block (Q4_1 / K-quant mins, the -8 / -16 / -32 offsets) are hoisted out of the
-inner loop: y = sum_b d_b * sum(q x) + m_b * sum(x_b), with the block sums of x computed once per
-call. In numba this beats llama.cpp's int8-activation dot products (ggml_vec_dot_*_q8_*), whose
-integer arithmetic numba widens to 64 bits. Results agree with `dequantize(W) @ x` to float32
-rounding, not bit for bit (the summation order differs). F32 weights go to BLAS sgemv.
+y are float32. Results agree with `dequantize(W) @ x` to float32 rounding or, for the integer
+kernels, to the int16 rounding of x; F32 weights go to BLAS sgemv. Parallel over rows (prange).
 
-Parallel over rows (prange); see kernels/dequant.py for how the loops are kept vectorisable.
+Integer kernels (Q8_0, which carries the repacked Q5_0 / IQ4_NL layers, Q4_1, Q4_K, Q6_K): x is
+quantized once per call to int16 per block of 32 with a float scale (`quantize_i16`: steps of
+max|x_block| / 32767, where llama.cpp's CPU kernels round activations to 8 bits), and each
+block's quants are multiplied with it in 16-bit lanes summed in pairs into int32 (vpmaddwd): one
+int-to-float conversion and one FMA per block instead of one per weight. The SIMD values are
+kernels/simd.py's; rows are prefetched PREFETCH bytes ahead, which keeps one thread streaming
+from DRAM at close to its bandwidth.
+
+Float kernels (the other types) decode weights to float32 and multiply-add them into a 32-lane
+float32 accumulator summed once per row; the constant parts of a block (Q4_1 / K-quant mins, the
+-8 / -16 / -32 offsets) are hoisted out of the inner loop: y = sum_b d_b * sum(q x) + m_b *
+sum(x_b), with the block sums of x computed once per call. See kernels/dequant.py for how those
+loops are kept vectorisable.
 """
 
 from __future__ import annotations
@@ -21,6 +28,13 @@ from ..format.constants import GGMLType
 from .dequant import (FASTMATH, IQ4_NL_GRID, bit_as, bits_to_f32, call_kernel, f16_at,
                       f16_bits_to_f32, hi4, iq4_xs_scale, k4_scale_min, ld, ld2, lo4, q3_k_scale,
                       output_array, q5_hi, row_length, weight_view)
+from .simd import (bytes_f32, f16_pair, f16_rows, f32x8_add, f32x8_fma, f32x8_mul, f32x8_sum,
+                   f32x8_zero, fma_lane, fma_vec, lane, lane_pairs, load_f32, load_i16, load_i32,
+                   load_nibble_words, load_u32, load_w16, madd, prefetch, sbytes_f32, vadd, vand,
+                   vshl, vshr, vsub, vxor)
+
+PREFETCH = 4096  # bytes ahead of the current position in the row stream (about 1 us at DRAM speed)
+QMAX = np.float32(32767)  # int16 activations: x / scale in [-32767, 32767]
 
 
 @njit(inline="always")
@@ -98,24 +112,6 @@ def matvec_q4_0(w, x, y):
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
-def matvec_q4_1(w, x, y):
-    rows, nb = w.shape[0], w.shape[1] // 20
-    xs = _block_sums(x, 32)
-    for r in prange(rows):
-        acc = np.zeros(32, np.float32)
-        corr = np.float32(0)  # sum_b m_b * sum(x_b)
-        for b in range(nb):
-            o, xo = 20 * b, 32 * b
-            d = f16_at(w, r, o)
-            corr += f16_at(w, r, o + 2) * ld(xs, b)
-            for j in range(16):
-                v = ld2(w, r, o + 4 + j)
-                acc[j] += d * lo4(v) * ld(x, xo + j)
-                acc[16 + j] += d * hi4(v) * ld(x, xo + 16 + j)
-        y[r] = _sum32(acc) + corr
-
-
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
 def matvec_q5_0(w, x, y):
     rows, nb = w.shape[0], w.shape[1] // 22
     xs = _block_sums(x, 32)
@@ -153,19 +149,6 @@ def matvec_q5_1(w, x, y):
                 acc[j] += d * q0 * ld(x, xo + j)
                 acc[16 + j] += d * q1 * ld(x, xo + 16 + j)
         y[r] = _sum32(acc) + corr
-
-
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
-def matvec_q8_0(w, x, y):
-    rows, nb = w.shape[0], w.shape[1] // 34
-    for r in prange(rows):
-        acc = np.zeros(32, np.float32)
-        for b in range(nb):
-            o, xo = 34 * b, 32 * b
-            d = f16_at(w, r, o)
-            for j in range(32):
-                acc[j] += d * np.float32(np.int8(ld2(w, r, o + 2 + j))) * ld(x, xo + j)
-        y[r] = _sum32(acc)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
@@ -240,29 +223,6 @@ def matvec_q3_k(w, x, y):
         y[r] = _sum32(acc) - np.float32(4) * corr
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
-def matvec_q4_k(w, x, y):
-    rows, nb = w.shape[0], w.shape[1] // 144
-    xs = _block_sums(x, 32)
-    for r in prange(rows):
-        acc = np.zeros(32, np.float32)
-        corr = np.float32(0)  # sum over sub-blocks of dmin * min * sum(x_s)
-        for b in range(nb):
-            o, xo = 144 * b, 256 * b
-            d, dmin = f16_at(w, r, o), f16_at(w, r, o + 2)
-            for j in range(4):  # byte l of 32: low nibble -> sub-block 2j, high -> 2j + 1
-                sc0, m0 = k4_scale_min(w, r, o + 4, 2 * j)
-                sc1, m1 = k4_scale_min(w, r, o + 4, 2 * j + 1)
-                d0, d1 = d * sc0, d * sc1
-                corr += dmin * (m0 * ld(xs, 8 * b + 2 * j) + m1 * ld(xs, 8 * b + 2 * j + 1))
-                qo, xj = o + 16 + 32 * j, xo + 64 * j
-                for lane in range(32):
-                    v = ld2(w, r, qo + lane)
-                    acc[lane] += (d0 * lo4(v) * ld(x, xj + lane)
-                                  + d1 * hi4(v) * ld(x, xj + 32 + lane))
-        y[r] = _sum32(acc) - corr
-
-
 @njit(inline="always")
 def _q5_k_pair(w, r, o, xo, j, d, x, acc):
     """acc += the products of sub-blocks 2j, 2j + 1 of the Q5_K block at byte `o` (no mins)."""
@@ -303,38 +263,6 @@ def matvec_q5_k(w, x, y):
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
-def matvec_q6_k(w, x, y):
-    rows, nb = w.shape[0], w.shape[1] // 210
-    xs = _block_sums(x, 16)
-    for r in prange(rows):
-        acc = np.zeros(32, np.float32)
-        corr = np.float32(0)  # the -32 offset: sum over sub-blocks of d * sc * sum(x_s)
-        for b in range(nb):
-            o, xo = 210 * b, 256 * b
-            d = f16_at(w, r, o + 208)
-            for s in range(16):
-                corr += d * np.float32(np.int8(ld2(w, r, o + 192 + s))) * ld(xs, 16 * b + s)
-            for h in range(2):
-                for k in range(2):  # lanes 16k..16k+15 share four scales
-                    so = o + 192 + 8 * h + k
-                    d1 = d * np.float32(np.int8(ld2(w, r, so)))
-                    d2 = d * np.float32(np.int8(ld2(w, r, so + 2)))
-                    d3 = d * np.float32(np.int8(ld2(w, r, so + 4)))
-                    d4 = d * np.float32(np.int8(ld2(w, r, so + 6)))
-                    lo, ho, xh = o + 64 * h + 16 * k, o + 128 + 32 * h + 16 * k, xo + 128 * h
-                    for i in range(16):
-                        a, c, hb = ld2(w, r, lo + i), ld2(w, r, lo + 32 + i), ld2(w, r, ho + i)
-                        q1 = np.float32(np.uint8((a & 15) | ((hb & 3) << 4)))
-                        q2 = np.float32(np.uint8((c & 15) | ((hb & 12) << 2)))
-                        q3 = np.float32(np.uint8((a >> 4) | (hb & 48)))
-                        q4 = np.float32(np.uint8((c >> 4) | ((hb & 192) >> 2)))
-                        xi = xh + 16 * k + i
-                        acc[16 * k + i] += (d1 * q1 * ld(x, xi) + d2 * q2 * ld(x, xi + 32)
-                                            + d3 * q3 * ld(x, xi + 64) + d4 * q4 * ld(x, xi + 96))
-        y[r] = _sum32(acc) - np.float32(32) * corr
-
-
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
 def matvec_iq4_xs(w, x, y):
     rows, nb = w.shape[0], w.shape[1] // 136
     grid = IQ4_NL_GRID
@@ -351,6 +279,241 @@ def matvec_iq4_xs(w, x, y):
                     acc[j] += dl * ld(grid, v & 15) * ld(x, xj + j)
                     acc[16 + j] += dl * ld(grid, v >> 4) * ld(x, xj + 16 + j)
         y[r] = _sum32(acc)
+
+
+# ------------------------------------------------- integer kernels: int16 activations, vpmaddwd
+
+
+@njit(inline="always")
+def quantize_i16(x):
+    """x float32 [n] (n a multiple of 32) as int16 blocks of 32: xq int16 [n] and the block scales
+    xd float32 [n // 32], x ~ xq * xd with xd = max|x_block| / 32767. Within a block the 16 values
+    at even positions come first, then the 16 at odd ones: `madd` multiplies word pairs, and the
+    weight kernels split each byte pair the same way. A NaN in a block makes its scale NaN."""
+    nb = x.shape[0] // 32
+    xq = np.empty(x.shape[0], np.int16)
+    xd = np.empty(nb, np.float32)
+    for b in range(nb):
+        amax = np.float32(0)
+        for j in range(32):
+            v = abs(ld(x, 32 * b + j))
+            if v > amax or v != v:  # a NaN is kept
+                amax = v
+        xd[b] = amax / QMAX
+        inv = QMAX / amax if amax > 0 else np.float32(0)
+        for j in range(16):
+            xq[32 * b + j] = np.int16(np.rint(ld(x, 32 * b + 2 * j) * inv))
+            xq[32 * b + 16 + j] = np.int16(np.rint(ld(x, 32 * b + 2 * j + 1) * inv))
+    return xq, xd
+
+
+def quantize_i16_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The numpy twin of `quantize_i16`."""
+    blocks = x.astype(np.float32).reshape(-1, 32)
+    amax = np.abs(blocks).max(axis=1)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, QMAX / amax, np.float32(0)).astype(np.float32)
+    q = np.rint(blocks * inv[:, None]).astype(np.int16)
+    q = np.concatenate([q[:, 0::2], q[:, 1::2]], axis=1)
+    return q.reshape(-1), (amax / QMAX).astype(np.float32)
+
+
+@njit(inline="always")
+def _q8_0_corrections(xq):
+    """int32 [8 per block]: lane k holds 128 times the four activations `_q8_0_dot` pairs in lane
+    k, the term that biasing the weights by +128 adds."""
+    xc = np.empty(xq.shape[0] // 4, np.int32)
+    for b in range(xq.shape[0] // 32):
+        for k in range(8):
+            e, o = 32 * b + 2 * k, 32 * b + 16 + 2 * k
+            xc[8 * b + k] = 128 * (np.int32(ld(xq, e)) + np.int32(ld(xq, e + 1))
+                                   + np.int32(ld(xq, o)) + np.int32(ld(xq, o + 1)))
+    return xc
+
+
+@njit(inline="always")
+def _q8_0_dot(w, r, o, xq, xc, b):
+    """I32x8 whose lanes sum to the dot product of block b's 32 int8 quants (at byte o + 2 of row
+    r) with int16 activations. The bytes are biased to unsigned (xor 0x80 = +128), so the even
+    byte of each word is a mask and the odd one a shift away, with no sign extension."""
+    v = vxor(load_w16(w, r, o + 2), 0x8080)
+    even = madd(vand(v, 0xFF), load_i16(xq, 32 * b))
+    odd = madd(vshr(v, 8), load_i16(xq, 32 * b + 16))
+    return vsub(vadd(even, odd), load_i32(xc, 8 * b))
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def matvec_q8_0(w, x, y):
+    # four rows per pass share the activation loads and convert their four scales at once
+    rows, nb = w.shape[0], w.shape[1] // 34
+    xq, xd = quantize_i16(x)
+    xc = _q8_0_corrections(xq)
+    last = rows - 1
+    for g in prange((rows + 3) // 4):
+        r0 = 4 * g
+        r1, r2, r3 = min(r0 + 1, last), min(r0 + 2, last), min(r0 + 3, last)
+        a0, a1, a2, a3 = f32x8_zero(), f32x8_zero(), f32x8_zero(), f32x8_zero()
+        for b in range(nb):
+            o = 34 * b
+            prefetch(w, r0, PREFETCH + 136 * b)  # the four rows are one contiguous stream
+            prefetch(w, r0, PREFETCH + 136 * b + 64)
+            d = f32x8_mul(f16_rows(w, r0, r1, r2, r3, o), ld(xd, b))
+            a0 = fma_lane(_q8_0_dot(w, r0, o, xq, xc, b), d, 0, a0)
+            a1 = fma_lane(_q8_0_dot(w, r1, o, xq, xc, b), d, 1, a1)
+            a2 = fma_lane(_q8_0_dot(w, r2, o, xq, xc, b), d, 2, a2)
+            a3 = fma_lane(_q8_0_dot(w, r3, o, xq, xc, b), d, 3, a3)
+        y[r0] = f32x8_sum(a0)
+        if r1 > r0:
+            y[r1] = f32x8_sum(a1)
+        if r2 > r1:
+            y[r2] = f32x8_sum(a2)
+        if r3 > r2:
+            y[r3] = f32x8_sum(a3)
+
+
+@njit(inline="always")
+def _q4_1_dot(w, r, o, xq, b):
+    """I32x8 summing to the dot product of block b's 32 nibbles (16 bytes at o + 4: quant j in
+    the low nibble of byte j, quant j + 16 in the high one) with the int16 activations. With the
+    high nibbles shifted down behind the low ones, the even bytes of each word hold the quants
+    at even positions in activation order, the odd bytes those at odd positions."""
+    v = load_nibble_words(w, r, o + 4)
+    return vadd(madd(vand(v, 15), load_i16(xq, 32 * b)),
+                madd(vand(vshr(v, 8), 15), load_i16(xq, 32 * b + 16)))
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def matvec_q4_1(w, x, y):
+    # y = sum_b d_b * dx_b * (q . xq)_b + m_b * sum(x_b); four rows per pass, as for Q8_0
+    rows, nb = w.shape[0], w.shape[1] // 20
+    xq, xd = quantize_i16(x)
+    xs = _block_sums(x, 32)
+    last = rows - 1
+    for g in prange((rows + 3) // 4):
+        r0 = 4 * g
+        r1, r2, r3 = min(r0 + 1, last), min(r0 + 2, last), min(r0 + 3, last)
+        a0, a1, a2, a3, mins = f32x8_zero(), f32x8_zero(), f32x8_zero(), f32x8_zero(), f32x8_zero()
+        for b in range(nb):
+            o = 20 * b
+            prefetch(w, r0, PREFETCH + 80 * b)
+            prefetch(w, r0, PREFETCH + 80 * b + 64)
+            d = f32x8_mul(f16_rows(w, r0, r1, r2, r3, o), ld(xd, b))
+            mins = f32x8_fma(f16_rows(w, r0, r1, r2, r3, o + 2), ld(xs, b), mins)
+            a0 = fma_lane(_q4_1_dot(w, r0, o, xq, b), d, 0, a0)
+            a1 = fma_lane(_q4_1_dot(w, r1, o, xq, b), d, 1, a1)
+            a2 = fma_lane(_q4_1_dot(w, r2, o, xq, b), d, 2, a2)
+            a3 = fma_lane(_q4_1_dot(w, r3, o, xq, b), d, 3, a3)
+        y[r0] = f32x8_sum(a0) + lane(mins, 0)
+        if r1 > r0:
+            y[r1] = f32x8_sum(a1) + lane(mins, 1)
+        if r2 > r1:
+            y[r2] = f32x8_sum(a2) + lane(mins, 2)
+        if r3 > r2:
+            y[r3] = f32x8_sum(a3) + lane(mins, 3)
+
+
+K4_LOW6, K4_LOW4, K4_HIGH2 = np.uint32(0x3F3F3F3F), np.uint32(0x0F0F0F0F), np.uint32(0x03030303)
+
+
+@njit(inline="always")
+def _k4_scales_mins(w, r, o):
+    """The 8 six-bit scales and 8 mins packed in 12 bytes at `o` (Q4_K, Q5_K) as two F32x8: the
+    32-bit unpacking of ggml_vec_dot_q4_K_q8_K (get_scale_min_k4 for all eight at once)."""
+    u0, u1, u2 = load_u32(w, r, o), load_u32(w, r, o + 4), load_u32(w, r, o + 8)
+    four, six = np.uint32(4), np.uint32(6)
+    scales_hi = (u2 & K4_LOW4) | (((u0 >> six) & K4_HIGH2) << four)
+    mins_hi = ((u2 >> four) & K4_LOW4) | (((u1 >> six) & K4_HIGH2) << four)
+    return bytes_f32(u0 & K4_LOW6, scales_hi), bytes_f32(u1 & K4_LOW6, mins_hi)
+
+
+@njit(inline="always")
+def _low_nibbles_dot(v, xq, i):
+    """I32x8 summing to the dot product of the low nibbles of 32 bytes (16 words `v`) with the
+    int16 activation block at xq[i]: even bytes' nibble is v & 15, odd bytes' (v >> 8) & 15."""
+    even = madd(vand(v, 15), load_i16(xq, i))
+    return vadd(even, madd(vand(vshr(v, 8), 15), load_i16(xq, i + 16)))
+
+
+@njit(inline="always")
+def _high_nibbles_dot(v, xq, i):
+    """The same for the high nibbles: (v >> 4) & 15 and v >> 12."""
+    even = madd(vand(vshr(v, 4), 15), load_i16(xq, i))
+    return vadd(even, madd(vshr(v, 12), load_i16(xq, i + 16)))
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def matvec_q4_k(w, x, y):
+    # y = sum over sub-blocks s of d * sc_s * dx_s * (q . xq)_s - dmin * sum_s m_s * sum(x_s)
+    rows, nb = w.shape[0], w.shape[1] // 144
+    xq, xd = quantize_i16(x)
+    xs = _block_sums(x, 32)
+    for r in prange(rows):
+        acc_lo, acc_hi, mins = f32x8_zero(), f32x8_zero(), f32x8_zero()
+        for b in range(nb):
+            o = 144 * b
+            for k in range(3):
+                prefetch(w, r, o + PREFETCH + 64 * k)
+            d, dmin = f16_pair(w, r, o)
+            sc, m = _k4_scales_mins(w, r, o + 4)
+            scale = f32x8_mul(f32x8_mul(sc, load_f32(xd, 8 * b)), d)  # per sub-block
+            mins = f32x8_fma(f32x8_mul(m, load_f32(xs, 8 * b)), dmin, mins)
+            for j in range(4):  # 32 bytes: low nibbles are sub-block 2j, high ones 2j + 1
+                v = load_w16(w, r, o + 16 + 32 * j)
+                xo = 256 * b + 64 * j
+                acc_lo = fma_lane(_low_nibbles_dot(v, xq, xo), scale, 2 * j, acc_lo)
+                acc_hi = fma_lane(_high_nibbles_dot(v, xq, xo + 32), scale, 2 * j + 1, acc_hi)
+        y[r] = f32x8_sum(f32x8_add(acc_lo, acc_hi)) - f32x8_sum(mins)
+
+
+@njit(inline="always")
+def _q6_k_half(w, r, o, h, xq, xd, s0, scale, acc):
+    """acc += half h (128 weights) of the Q6_K block at byte o, times activation blocks s0..s0+3.
+    Byte l of ql and qh feeds weights l, l + 32, l + 64, l + 96 (dequantize_row_q6_K); split by
+    words, the even bytes' fields sit in the low half of each word and the odd bytes' in the high
+    half. madd lanes 0-3 cover weights 0-15 of a block and lanes 4-7 weights 16-31, which are the
+    two 16-weight sub-blocks, so `lane_pairs` gives each lane its sub-block's scale."""
+    a = load_w16(w, r, o + 64 * h)
+    c = load_w16(w, r, o + 64 * h + 32)
+    hb = load_w16(w, r, o + 128 + 32 * h)
+    xo = 32 * s0
+    even = vadd(vand(a, 0x0F), vshl(vand(hb, 0x03), 4))
+    odd = vadd(vand(vshr(a, 8), 0x0F), vand(vshr(hb, 4), 0x30))
+    p = vadd(madd(even, load_i16(xq, xo)), madd(odd, load_i16(xq, xo + 16)))
+    acc = fma_vec(p, f32x8_mul(lane_pairs(scale, 0), ld(xd, s0)), acc)
+    even = vadd(vand(c, 0x0F), vshl(vand(hb, 0x0C), 2))
+    odd = vadd(vand(vshr(c, 8), 0x0F), vand(vshr(hb, 6), 0x30))
+    p = vadd(madd(even, load_i16(xq, xo + 32)), madd(odd, load_i16(xq, xo + 48)))
+    acc = fma_vec(p, f32x8_mul(lane_pairs(scale, 1), ld(xd, s0 + 1)), acc)
+    even = vadd(vand(vshr(a, 4), 0x0F), vand(hb, 0x30))
+    odd = vadd(vshr(a, 12), vand(vshr(hb, 8), 0x30))
+    p = vadd(madd(even, load_i16(xq, xo + 64)), madd(odd, load_i16(xq, xo + 80)))
+    acc = fma_vec(p, f32x8_mul(lane_pairs(scale, 2), ld(xd, s0 + 2)), acc)
+    even = vadd(vand(vshr(c, 4), 0x0F), vand(vshr(hb, 2), 0x30))
+    odd = vadd(vshr(c, 12), vand(vshr(hb, 10), 0x30))
+    p = vadd(madd(even, load_i16(xq, xo + 96)), madd(odd, load_i16(xq, xo + 112)))
+    return fma_vec(p, f32x8_mul(lane_pairs(scale, 3), ld(xd, s0 + 3)), acc)
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def matvec_q6_k(w, x, y):
+    # q = ql | qh << 4 in 0..63; the -32 offset comes out as 32 * sum_s d * sc_s * sum(x_s)
+    rows, nb = w.shape[0], w.shape[1] // 210
+    xq, xd = quantize_i16(x)
+    xs = _block_sums(x, 16)
+    for r in prange(rows):
+        acc0, acc1, offset = f32x8_zero(), f32x8_zero(), f32x8_zero()
+        for b in range(nb):
+            o = 210 * b
+            for k in range(4):
+                prefetch(w, r, o + PREFETCH + 64 * k)
+            d = f16_pair(w, r, o + 206)[1]  # the fp16 at 208, loaded with the last two scales
+            s0 = f32x8_mul(sbytes_f32(load_u32(w, r, o + 192), load_u32(w, r, o + 196)), d)
+            s1 = f32x8_mul(sbytes_f32(load_u32(w, r, o + 200), load_u32(w, r, o + 204)), d)
+            offset = f32x8_fma(s0, load_f32(xs, 16 * b), offset)
+            offset = f32x8_fma(s1, load_f32(xs, 16 * b + 8), offset)
+            acc0 = _q6_k_half(w, r, o, 0, xq, xd, 8 * b, s0, acc0)
+            acc1 = _q6_k_half(w, r, o, 1, xq, xd, 8 * b + 4, s1, acc1)
+        y[r] = f32x8_sum(f32x8_add(acc0, acc1)) - np.float32(32) * f32x8_sum(offset)
 
 
 MATVEC_KERNELS = {

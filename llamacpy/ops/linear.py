@@ -6,9 +6,9 @@ import numpy as np
 
 from ..format.constants import GGMLType
 from ..format.reader import GGUFTensor
-from ..kernels.dequant import dequantize_rows, repack_as_q8_0
+from ..kernels.dequant import call_kernel, dequantize_rows, repack_as_q8_0, weight_view
 from ..kernels.matmul import matmul
-from ..kernels.matvec import matvec
+from ..kernels.matvec import MATVEC_KERNELS, matvec
 
 REPACKABLE = (GGMLType.Q5_0, GGMLType.IQ4_NL)  # exactly representable as Q8_0 blocks
 
@@ -32,6 +32,9 @@ class Linear:
         if repack_q8_0 and self.ggml_type in REPACKABLE:
             self.weight = repack_as_q8_0(self.weight, self.ggml_type)
             self.ggml_type = GGMLType.Q8_0
+        # one-token fast path: the kernel and its weight view, looked up once
+        self._matvec = MATVEC_KERNELS.get(self.ggml_type)
+        self._weight_view = weight_view(self.weight, self.ggml_type)
 
     def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """x float32 [..., in_features] -> float32 [..., out_features]."""
@@ -40,12 +43,23 @@ class Linear:
                              f"{self.in_features}")
         if out is not None and not out.flags.c_contiguous:
             raise ValueError(f"{self.name}: out must be C-contiguous")
+        if x.size == self.in_features and self._matvec is not None:
+            return self._one_token(x, out)
         if x.ndim == 1:
             return matvec(self.weight, self.ggml_type, x, out)
         flat = x.reshape(-1, self.in_features)
         y = matmul(self.weight, self.ggml_type, flat,
                    None if out is None else out.reshape(-1, self.out_features))
         return y.reshape(*x.shape[:-1], self.out_features)
+
+    def _one_token(self, x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+        """Decode: one token straight to the matvec kernel (matvec()'s checks cost ~10 us)."""
+        y = np.empty((*x.shape[:-1], self.out_features), np.float32) if out is None else out
+        if y.dtype != np.float32 or y.size != self.out_features:
+            raise ValueError(f"{self.name}: out must be float32 with {self.out_features} values")
+        x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+        call_kernel(self._matvec, self._weight_view, x, y.reshape(-1))
+        return y
 
     def __repr__(self) -> str:
         return (f"Linear({self.name!r}, {self.ggml_type.name}, in={self.in_features}, "

@@ -1,0 +1,597 @@
+"""Short SIMD vectors as numba values (LLVM vector types), for the decode kernels' inner loops.
+
+numba has no vector type: kernels written with arrays and lane loops leave the accumulators in
+memory (a heap array per row, reloaded and stored around every FMA) and let the loop vectoriser
+guess. These values live in registers, and each operation below is one or a few LLVM vector
+instructions in target-independent IR, so the kernels run anywhere LLVM does; on x86 with AVX2
+they become vpmaddwd, vpand, vpsrlw, vcvtdq2ps, vcvtph2ps and vfmadd231ps on ymm registers.
+
+Types: F32x8 (8 float32), I32x8 (8 int32), I16x16 (16 int16). Loads and stores take an array and
+non-negative indices and check nothing (like dequant.ld): the kernels keep them in bounds.
+Vectors of a uint8 weight matrix w [rows, row_bytes] are read at byte offsets: `load_w16(w, r, o)`
+is the 32 bytes w[r, o:o + 32] as 16 little-endian words.
+"""
+
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+import numba
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic, models, register_model
+
+F32, I8, I16, I32 = ir.FloatType(), ir.IntType(8), ir.IntType(16), ir.IntType(32)
+# LLVM does not always find vpmaddwd in the generic pattern of `madd` (it missed it when one
+# operand is a masked byte), so when numba compiles for this AVX2 host `madd` calls the
+# instruction's intrinsic.
+HAS_AVX2 = bool(llvm.get_host_cpu_features().get("avx2", False)) and not numba.config.CPU_NAME
+
+
+class VecType(types.Type):
+    """A SIMD vector of `n` lanes of the numba scalar type `elem`."""
+
+    def __init__(self, elem, n: int):
+        self.elem, self.n = elem, n
+        super().__init__(name=f"{elem}x{n}")
+
+
+@register_model(VecType)
+class VecModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        elem = dmm.lookup(fe_type.elem).get_value_type()
+        super().__init__(dmm, fe_type, ir.VectorType(elem, fe_type.n))
+
+
+F32x8 = VecType(types.float32, 8)
+I32x8 = VecType(types.int32, 8)
+I16x16 = VecType(types.int16, 16)
+
+
+# ------------------------------------------------------------------------------- IR helpers
+
+
+def _vt(vec: VecType) -> ir.VectorType:
+    return ir.VectorType({types.float32: F32, types.int32: I32, types.int16: I16}[vec.elem], vec.n)
+
+
+def _splat(builder, value, vt: ir.VectorType):
+    """`value` (an LLVM scalar of vt's element type) in every lane."""
+    one = builder.insert_element(ir.Constant(vt, ir.Undefined), value, ir.Constant(I32, 0))
+    zeros = ir.Constant(ir.VectorType(I32, vt.count), [0] * vt.count)
+    return builder.shuffle_vector(one, ir.Constant(vt, ir.Undefined), zeros)
+
+
+def _lanes(builder, v, idx: list[int]):
+    """The lanes `idx` of v, as a new vector."""
+    und = ir.Constant(v.type, ir.Undefined)
+    return builder.shuffle_vector(v, und, ir.Constant(ir.VectorType(I32, len(idx)), idx))
+
+
+def _fma(builder, a, b, c):
+    vt = a.type
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt] * 3),
+                                        "llvm.fma.v8f32")
+    return builder.call(fn, [a, b, c])
+
+
+def _item_ptr(context, builder, aryty, ary, inds, indtys):
+    a = context.make_array(aryty)(context, builder, ary)
+    idx = [context.cast(builder, v, t, types.intp) for v, t in zip(inds, indtys)]
+    return cgutils.get_item_pointer(context, builder, aryty, a, idx, wraparound=False)
+
+
+def _load(builder, ptr, vt):
+    return builder.load(builder.bitcast(ptr, vt.as_pointer()), align=1)
+
+
+def _store(builder, value, ptr):
+    builder.store(value, builder.bitcast(ptr, value.type.as_pointer()), align=1)
+
+
+def _is_array(ary, ndim: int, *dtypes) -> bool:
+    return isinstance(ary, types.Array) and ary.ndim == ndim and ary.dtype in dtypes
+
+
+def _is_scalar(ty) -> bool:
+    return isinstance(ty, (types.Float, types.Integer))
+
+
+def _f32x8_or_scalar(context, builder, value, ty):
+    if ty == F32x8:
+        return value
+    return _splat(builder, context.cast(builder, value, ty, types.float32), _vt(F32x8))
+
+
+def _load_codegen(vec: VecType):
+    def codegen(context, builder, sig, args):
+        ptr = _item_ptr(context, builder, sig.args[0], args[0], args[1:], sig.args[1:])
+        return _load(builder, ptr, _vt(vec))
+
+    return codegen
+
+
+def _loader_1d(dtype, vec: VecType, doc: str):
+    """An intrinsic reading `vec` from a 1-D array of `dtype` at index i."""
+    def typer(typingctx, a, i):
+        return (vec(a, i), _load_codegen(vec)) if _is_array(a, 1, dtype) else None
+
+    typer.__doc__ = doc
+    return intrinsic(typer)
+
+
+# ------------------------------------------------------------------------------ loads, stores
+
+UINT8 = (types.uint8,)
+load_i16 = _loader_1d(types.int16, I16x16, "a[i:i + 16] of an int16 array.")
+load_i32 = _loader_1d(types.int32, I32x8, "a[i:i + 8] of an int32 array.")
+load_f32 = _loader_1d(types.float32, F32x8, "a[i:i + 8] of a float32 array.")
+
+
+@intrinsic
+def load_w16(typingctx, w, r, o):
+    """The 32 bytes w[r, o:o + 32] as 16 little-endian words."""
+    return (I16x16(w, r, o), _load_codegen(I16x16)) if _is_array(w, 2, *UINT8) else None
+
+
+@intrinsic
+def load_nibble_words(typingctx, w, r, o):
+    """I16x16: the 16 bytes w[r, o:o + 16] as 8 little-endian words, then the same 8 words
+    shifted right by 4, so that the low nibbles of the first 8 words and of the last 8 are the
+    low and the high nibbles of the 16 bytes (32 four-bit quants: Q4_0, Q4_1)."""
+    if not _is_array(w, 2, *UINT8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_ptr(context, builder, sig.args[0], args[0], args[1:], sig.args[1:])
+        v = _load(builder, ptr, ir.VectorType(I16, 8))
+        hi = builder.lshr(v, ir.Constant(ir.VectorType(I16, 8), [4] * 8))
+        return builder.shuffle_vector(v, hi, ir.Constant(ir.VectorType(I32, 16), list(range(16))))
+
+    return I16x16(w, r, o), codegen
+
+
+@intrinsic
+def load_row8(typingctx, a, r, i):
+    """a[r, i:i + 8] of a 2-D float32 array, or of a uint16 array of fp16 bits (converted)."""
+    if not _is_array(a, 2, types.float32, types.uint16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_ptr(context, builder, sig.args[0], args[0], args[1:], sig.args[1:])
+        if sig.args[0].dtype == types.float32:
+            return _load(builder, ptr, _vt(F32x8))
+        halves = builder.bitcast(_load(builder, ptr, ir.VectorType(I16, 8)),
+                                 ir.VectorType(ir.HalfType(), 8))
+        return builder.fpext(halves, _vt(F32x8))
+
+    return F32x8(a, r, i), codegen
+
+
+@intrinsic
+def store_f32(typingctx, a, i, v):
+    """a[i:i + 8] = v for a 1-D float32 array."""
+    if not (_is_array(a, 1, types.float32) and v == F32x8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _store(builder, args[2], _item_ptr(context, builder, sig.args[0], args[0], args[1:2],
+                                           sig.args[1:2]))
+        return context.get_dummy_value()
+
+    return types.none(a, i, v), codegen
+
+
+@intrinsic
+def store_row8(typingctx, a, r, i, v):
+    """a[r, i:i + 8] = v for a 2-D float32 array."""
+    if not (_is_array(a, 2, types.float32) and v == F32x8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _store(builder, args[3], _item_ptr(context, builder, sig.args[0], args[0], args[1:3],
+                                           sig.args[1:3]))
+        return context.get_dummy_value()
+
+    return types.none(a, r, i, v), codegen
+
+
+@intrinsic
+def prefetch(typingctx, a, r, o):
+    """Hint the cache line holding byte o of row r of a 2-D array into the cache. The address may
+    lie past the end (a prefetch never faults), so it is computed as an integer."""
+    if not (isinstance(a, types.Array) and a.ndim == 2):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        intp = context.get_value_type(types.intp)
+        row = context.cast(builder, args[1], sig.args[1], types.intp)
+        col = context.cast(builder, args[2], sig.args[2], types.intp)
+        offset = builder.add(builder.mul(row, builder.extract_value(ary.strides, 0)), col)
+        addr = builder.add(builder.ptrtoint(ary.data, intp), offset)
+        fnty = ir.FunctionType(ir.VoidType(), [I8.as_pointer(), I32, I32, I32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        builder.call(fn, [builder.inttoptr(addr, I8.as_pointer()), ir.Constant(I32, 0),
+                          ir.Constant(I32, 3), ir.Constant(I32, 1)])  # read, keep, data
+        return context.get_dummy_value()
+
+    return types.none(a, r, o), codegen
+
+
+# ------------------------------------------------------------------------- block scale fields
+
+
+@intrinsic
+def load_u32(typingctx, w, r, o):
+    """The little-endian uint32 at bytes w[r, o:o + 4] (any alignment)."""
+    if not _is_array(w, 2, *UINT8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_ptr(context, builder, sig.args[0], args[0], args[1:], sig.args[1:])
+        return builder.load(builder.bitcast(ptr, I32.as_pointer()), align=1)
+
+    return types.uint32(w, r, o), codegen
+
+
+@intrinsic
+def f16_pair(typingctx, w, r, o):
+    """The two fp16 at bytes w[r, o:o + 4] as a tuple of float32. A 32-bit load and one
+    conversion: a lone 16-bit fp16 load becomes vpinsrw into a stale register, a false dependency
+    on whatever last wrote it (in a loop, often an accumulator)."""
+    if not _is_array(w, 2, *UINT8):
+        return None
+    retty = types.UniTuple(types.float32, 2)
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_ptr(context, builder, sig.args[0], args[0], args[1:], sig.args[1:])
+        bits = builder.load(builder.bitcast(ptr, I32.as_pointer()), align=1)
+        vec = builder.insert_element(ir.Constant(ir.VectorType(I32, 1), None), bits,
+                                     ir.Constant(I32, 0))
+        halves = builder.bitcast(vec, ir.VectorType(ir.HalfType(), 2))
+        floats = builder.fpext(halves, ir.VectorType(F32, 2))
+        items = [builder.extract_element(floats, ir.Constant(I32, k)) for k in range(2)]
+        return context.make_tuple(builder, retty, items)
+
+    return retty(w, r, o), codegen
+
+
+@intrinsic
+def f16_rows(typingctx, w, r0, r1, r2, r3, o):
+    """F32x8 whose lanes 0-3 are the fp16 at byte o of rows r0..r3 (lanes 4-7 zero): four rows'
+    block scales in one conversion (vmovd, three vpinsrw, vcvtph2ps; no false dependency)."""
+    if not _is_array(w, 2, *UINT8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        vec = ir.Constant(ir.VectorType(I16, 8), None)
+        for k in range(4):
+            ptr = _item_ptr(context, builder, sig.args[0], args[0], [args[1 + k], args[5]],
+                            [sig.args[1 + k], sig.args[5]])
+            bits = builder.load(builder.bitcast(ptr, I16.as_pointer()), align=1)
+            vec = builder.insert_element(vec, bits, ir.Constant(I32, k))
+        return builder.fpext(builder.bitcast(vec, ir.VectorType(ir.HalfType(), 8)), _vt(F32x8))
+
+    return F32x8(w, r0, r1, r2, r3, o), codegen
+
+
+def _bytes_f32(signed: bool):
+    def typer(typingctx, lo, hi):
+        if not (isinstance(lo, types.Integer) and isinstance(hi, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            pair = ir.Constant(ir.VectorType(I32, 2), None)
+            for k, (v, t) in enumerate(zip(args, sig.args)):
+                pair = builder.insert_element(pair, context.cast(builder, v, t, types.uint32),
+                                              ir.Constant(I32, k))
+            b = builder.bitcast(pair, ir.VectorType(I8, 8))
+            if signed:
+                return builder.sitofp(builder.sext(b, ir.VectorType(I32, 8)), _vt(F32x8))
+            return builder.uitofp(builder.zext(b, ir.VectorType(I32, 8)), _vt(F32x8))
+
+        return F32x8(lo, hi), codegen
+
+    return typer
+
+
+bytes_f32 = intrinsic(_bytes_f32(False))
+bytes_f32.__doc__ = "F32x8 of the 8 bytes of two uint32 (lo's four, little-endian, then hi's)."
+sbytes_f32 = intrinsic(_bytes_f32(True))
+sbytes_f32.__doc__ = "Like bytes_f32, the bytes read as int8."
+
+
+# ---------------------------------------------------------------------------- integer lanes
+
+
+def _int_binop(op: str, doc: str):
+    def typer(typingctx, a, b):
+        if not (isinstance(a, VecType) and a.elem in (types.int16, types.int32)
+                and (b == a or isinstance(b, types.Integer))):
+            return None
+
+        def codegen(context, builder, sig, args):
+            rhs = args[1]
+            if sig.args[1] != a:
+                rhs = _splat(builder, context.cast(builder, rhs, sig.args[1], a.elem), _vt(a))
+            return getattr(builder, op)(args[0], rhs)
+
+        return a(a, b), codegen
+
+    typer.__doc__ = doc + " (b a vector of the same type, or an integer for every lane)."
+    return intrinsic(typer)
+
+
+vand = _int_binop("and_", "a & b lane-wise")
+vxor = _int_binop("xor", "a ^ b lane-wise")
+vshr = _int_binop("lshr", "a >> b lane-wise, logical (zeros shifted in)")
+vshl = _int_binop("shl", "a << b lane-wise")
+vadd = _int_binop("add", "a + b lane-wise (integers wrap)")
+vsub = _int_binop("sub", "a - b lane-wise (integers wrap)")
+
+
+@intrinsic
+def madd(typingctx, a, b):
+    """I32x8 lane k = a[2k] * b[2k] + a[2k + 1] * b[2k + 1]: the int16 products summed in pairs in
+    32 bits (x86 vpmaddwd; exact unless all four inputs are -32768)."""
+    if not (a == I16x16 and b == I16x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        if HAS_AVX2:
+            fnty = ir.FunctionType(_vt(I32x8), [_vt(I16x16), _vt(I16x16)])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.avx2.pmadd.wd")
+            return builder.call(fn, args)
+        wide = ir.VectorType(I32, 16)
+        p = builder.mul(builder.sext(args[0], wide), builder.sext(args[1], wide), flags=["nsw"])
+        even = _lanes(builder, p, list(range(0, 16, 2)))
+        odd = _lanes(builder, p, list(range(1, 16, 2)))
+        return builder.add(even, odd, flags=["nsw"])
+
+    return I32x8(a, b), codegen
+
+
+@intrinsic
+def fma_lane(typingctx, p, s, k, acc):
+    """acc + float32(p) * s[k]: an I32x8 converted, times lane k of an F32x8 (k a constant once
+    loops are unrolled, so the lane is broadcast by one shuffle)."""
+    if not (p == I32x8 and s == F32x8 and isinstance(k, types.Integer) and acc == F32x8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        vt = _vt(F32x8)
+        lane = builder.extract_element(args[1], context.cast(builder, args[2], sig.args[2],
+                                                             types.int32))
+        return _fma(builder, builder.sitofp(args[0], vt), _splat(builder, lane, vt), args[3])
+
+    return F32x8(p, s, k, acc), codegen
+
+
+@intrinsic
+def fma_vec(typingctx, p, s, acc):
+    """acc + float32(p) * s lane-wise: an I32x8 converted, times an F32x8."""
+    if not (p == I32x8 and s == F32x8 and acc == F32x8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _fma(builder, builder.sitofp(args[0], _vt(F32x8)), args[1], args[2])
+
+    return F32x8(p, s, acc), codegen
+
+
+# ------------------------------------------------------------------------------ float lanes
+
+
+@intrinsic
+def f32x8_zero(typingctx):
+    """An F32x8 of zeros."""
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_vt(F32x8), [0.0] * 8)
+
+    return F32x8(), codegen
+
+
+@intrinsic
+def f32x8_splat(typingctx, s):
+    """The scalar s in every lane."""
+    if not _is_scalar(s):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _f32x8_or_scalar(context, builder, args[0], sig.args[0])
+
+    return F32x8(s), codegen
+
+
+def _f32_binop(fn, doc: str):
+    def typer(typingctx, a, b):
+        if not (a == F32x8 and (b == F32x8 or _is_scalar(b))):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return fn(builder, args[0], _f32x8_or_scalar(context, builder, args[1], sig.args[1]))
+
+        return F32x8(a, b), codegen
+
+    typer.__doc__ = doc + " (b an F32x8, or a scalar for every lane)."
+    return intrinsic(typer)
+
+
+f32x8_add = _f32_binop(lambda b, x, y: b.fadd(x, y), "a + b lane-wise")
+f32x8_mul = _f32_binop(lambda b, x, y: b.fmul(x, y), "a * b lane-wise")
+f32x8_div = _f32_binop(lambda b, x, y: b.fdiv(x, y), "a / b lane-wise (IEEE division)")
+f32x8_max = _f32_binop(lambda b, x, y: b.select(b.fcmp_ordered(">", x, y), x, y),
+                       "Lane-wise maximum: a where a > b, else b")
+
+
+@intrinsic
+def f32x8_fma(typingctx, a, b, c):
+    """a * b + c lane-wise, fused; b an F32x8 or a scalar for every lane."""
+    if not (a == F32x8 and c == F32x8 and (b == F32x8 or _is_scalar(b))):
+        return None
+
+    def codegen(context, builder, sig, args):
+        b = _f32x8_or_scalar(context, builder, args[1], sig.args[1])
+        return _fma(builder, args[0], b, args[2])
+
+    return F32x8(a, b, c), codegen
+
+
+@intrinsic
+def lane(typingctx, v, k):
+    """Lane k of an F32x8, as a float32."""
+    if not (v == F32x8 and isinstance(k, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.extract_element(args[0], context.cast(builder, args[1], sig.args[1],
+                                                             types.int32))
+
+    return types.float32(v, k), codegen
+
+
+@intrinsic
+def lane_pairs(typingctx, s, q):
+    """F32x8 [s[2q]] * 4 + [s[2q + 1]] * 4 (q a constant once loops are unrolled)."""
+    if not (s == F32x8 and isinstance(q, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        q2 = builder.shl(context.cast(builder, args[1], sig.args[1], types.int32),
+                         ir.Constant(I32, 1))
+        v4 = ir.VectorType(F32, 4)
+        a = _splat(builder, builder.extract_element(args[0], q2), v4)
+        b = _splat(builder, builder.extract_element(args[0], builder.add(q2, ir.Constant(I32, 1))),
+                   v4)
+        return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(I32, 8), list(range(8))))
+
+    return F32x8(s, q), codegen
+
+
+@intrinsic
+def swap_halves(typingctx, a):
+    """[a4, a5, a6, a7, a0, a1, a2, a3]."""
+    if a != F32x8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _lanes(builder, args[0], [4, 5, 6, 7, 0, 1, 2, 3])
+
+    return F32x8(a), codegen
+
+
+# ------------------------------------------------------------------------------- reductions
+
+
+@intrinsic
+def f32x8_sum(typingctx, a):
+    """Sum of the 8 lanes as a tree: halves, quarters, then the last pair."""
+    if a != F32x8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = args[0]
+        v4 = builder.fadd(_lanes(builder, v, [0, 1, 2, 3]), _lanes(builder, v, [4, 5, 6, 7]))
+        v2 = builder.fadd(_lanes(builder, v4, [0, 1]), _lanes(builder, v4, [2, 3]))
+        return builder.fadd(builder.extract_element(v2, ir.Constant(I32, 0)),
+                            builder.extract_element(v2, ir.Constant(I32, 1)))
+
+    return types.float32(a), codegen
+
+
+@intrinsic
+def f32x8_hmax(typingctx, a):
+    """The largest of the 8 lanes."""
+    if a != F32x8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        def vmax(x, y):
+            return builder.select(builder.fcmp_ordered(">", x, y), x, y)
+
+        v4 = vmax(_lanes(builder, args[0], [0, 1, 2, 3]), _lanes(builder, args[0], [4, 5, 6, 7]))
+        v2 = vmax(_lanes(builder, v4, [0, 1]), _lanes(builder, v4, [2, 3]))
+        return vmax(builder.extract_element(v2, ir.Constant(I32, 0)),
+                    builder.extract_element(v2, ir.Constant(I32, 1)))
+
+    return types.float32(a), codegen
+
+
+@intrinsic
+def sums8(typingctx, a0, a1, a2, a3, a4, a5, a6, a7):
+    """F32x8 [sum(a0), sum(a1), ..., sum(a7)]: eight horizontal sums as one transposing add tree
+    (three rounds of pairwise adds, like vhaddps, then the two 128-bit halves)."""
+    if not all(a == F32x8 for a in (a0, a1, a2, a3, a4, a5, a6, a7)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        idx = lambda v: ir.Constant(ir.VectorType(I32, 8), v)  # noqa: E731
+
+        def pair_add(x, y):  # [x0+x1, x2+x3, y0+y1, y2+y3 | the same on lanes 4-7]
+            ev = builder.shuffle_vector(x, y, idx([0, 2, 8, 10, 4, 6, 12, 14]))
+            od = builder.shuffle_vector(x, y, idx([1, 3, 9, 11, 5, 7, 13, 15]))
+            return builder.fadd(ev, od)
+
+        t0 = pair_add(pair_add(args[0], args[1]), pair_add(args[2], args[3]))
+        t1 = pair_add(pair_add(args[4], args[5]), pair_add(args[6], args[7]))
+        lo = builder.shuffle_vector(t0, t1, idx([0, 1, 2, 3, 8, 9, 10, 11]))
+        hi = builder.shuffle_vector(t0, t1, idx([4, 5, 6, 7, 12, 13, 14, 15]))
+        return builder.fadd(lo, hi)
+
+    return F32x8(a0, a1, a2, a3, a4, a5, a6, a7), codegen
+
+
+# --------------------------------------------------------------------------------------- exp
+
+# Cephes expf: exp(x) = 2^n * exp(r), n = rint(x / ln 2), r = x - n ln 2 (ln 2 in two parts), and
+# exp(r) by a degree-6 polynomial; within 2 ulp of the correctly rounded result on [-87.3, 88.3].
+_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+             1.6666665459e-1, 5.0000001201e-1)
+
+
+@intrinsic
+def f32x8_exp(typingctx, x):
+    """exp of each lane (Cephes expf). Inputs below -87.3 give 0 and above 88.3 inf (exact from
+    88.73 on); NaN stays NaN. Meant for softmax and sigmoids, not as a general exp."""
+    if x != F32x8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        vt, it = _vt(F32x8), ir.VectorType(I32, 8)
+
+        def const(v):
+            return ir.Constant(vt, [float(v)] * 8)
+
+        v = args[0]
+        rint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt]),
+                                              "llvm.rint.v8f32")
+        lo, hi = const(-87.3), const(88.3)
+        clamped = builder.select(builder.fcmp_ordered("<", v, lo), lo, v)
+        clamped = builder.select(builder.fcmp_ordered(">", clamped, hi), hi, clamped)
+        n = builder.call(rint, [builder.fmul(clamped, const(1.44269504088896341))])
+        r = _fma(builder, n, const(-0.693359375), clamped)
+        r = _fma(builder, n, const(2.12194440e-4), r)
+        p = const(_EXP_POLY[0])
+        for c in _EXP_POLY[1:]:
+            p = _fma(builder, p, r, const(c))
+        p = _fma(builder, p, builder.fmul(r, r), builder.fadd(r, const(1.0)))
+        bits = builder.shl(builder.add(builder.fptosi(n, it), ir.Constant(it, [127] * 8)),
+                           ir.Constant(it, [23] * 8))
+        y = builder.fmul(p, builder.bitcast(bits, vt))
+        y = builder.select(builder.fcmp_ordered("<", v, lo), const(0.0), y)
+        return builder.select(builder.fcmp_ordered(">", v, hi), const(float("inf")), y)
+
+    return F32x8(x), codegen
+
+
+@intrinsic
+def f32x8_recip(typingctx, a):
+    """1 / a lane-wise (a true division)."""
+    if a != F32x8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fdiv(ir.Constant(_vt(F32x8), [1.0] * 8), args[0])
+
+    return F32x8(a), codegen

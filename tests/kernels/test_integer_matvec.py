@@ -1,0 +1,152 @@
+"""The int16-activation matvec kernels (Q8_0, Q4_1, Q4_K, Q6_K) and the SIMD values under them.
+
+Beyond test_matvec.py's bound against the float64 product, these kernels must be exact in the
+integer part: for activations that int16 blocks represent exactly, y agrees with
+`dequantize(W) @ x` to float32 rounding; and the quantizer agrees bit for bit with its numpy twin.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+from numba import njit
+
+from llamacpy.format.constants import GGMLType
+from llamacpy.kernels import matvec, simd
+from llamacpy.kernels.matvec import quantize_i16_reference
+
+from .test_matvec import reference, synth_blocks
+
+mv = importlib.import_module("llamacpy.kernels.matvec")  # the module, not the re-exported function
+
+INTEGER_TYPES = ["Q8_0", "Q4_1", "Q4_K", "Q6_K"]
+
+
+@njit(cache=False)
+def _quantize(x):
+    return mv.quantize_i16(x)
+
+
+def activations(n: int, seed: int) -> np.ndarray:
+    """Normal values with a zero block, a tiny block, an outlier and an exact block maximum."""
+    x = np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+    x[32:64] = 0
+    x[64:96] *= 1e-30
+    x[100] = 4e4
+    x[130] = -np.abs(x[128:160]).max()
+    return x
+
+
+def dequantized_activations(x: np.ndarray) -> np.ndarray:
+    """float64 [n]: what the kernels multiply with, in natural order."""
+    xq, xd = quantize_i16_reference(x)
+    q = xq.reshape(-1, 2, 16).transpose(0, 2, 1).reshape(-1, 32)  # undo even/odd order
+    return (q.astype(np.float64) * xd[:, None].astype(np.float64)).reshape(-1)
+
+
+def test_quantize_i16_matches_numpy_twin():
+    x = activations(1024, 0)
+    xq, xd = _quantize(x)
+    ref_q, ref_d = quantize_i16_reference(x)
+    assert np.array_equal(xq, ref_q) and np.array_equal(xd, ref_d)
+    assert np.abs(xq).max() == 32767
+    err = np.abs(dequantized_activations(x) - x).reshape(-1, 32).max(axis=1)
+    assert np.all(err <= 0.5001 * xd)  # round to nearest
+
+
+def test_quantize_i16_nan_poisons_its_block_scale():
+    x = activations(256, 1)
+    x[40] = np.nan
+    xq, xd = _quantize(x)
+    assert np.isnan(xd[1]) and not np.isnan(np.delete(xd, 1)).any()
+
+
+def representable_activations(n: int, seed: int) -> np.ndarray:
+    """Integers times a power of two, each block reaching +-32767 of them: int16 blocks hold
+    these exactly (scale 2^-e per block), so the only error left is float32 rounding."""
+    rng = np.random.default_rng(seed)
+    q = rng.integers(-32767, 32768, n).reshape(-1, 32)
+    q[:, rng.integers(0, 32)] = 32767 * rng.choice([-1, 1], q.shape[0])
+    scale = 2.0 ** rng.integers(-20, 4, (q.shape[0], 1))
+    return (q * scale).astype(np.float32).reshape(-1)
+
+
+@pytest.mark.parametrize("name", INTEGER_TYPES)
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 37])
+def test_exact_in_representable_activations(name, rows):
+    n = 512
+    w = synth_blocks(name, rows, n, seed=rows)
+    x = representable_activations(n, rows)
+    assert np.array_equal(dequantized_activations(x), x)
+    W = reference(w, name, n)
+    y = matvec(w, GGMLType[name], x)
+    bound = np.abs(W) @ np.abs(x.astype(np.float64))
+    assert np.all(np.abs(y - W @ x.astype(np.float64)) <= 2e-6 * bound)
+
+
+@pytest.mark.parametrize("name", INTEGER_TYPES)
+def test_nan_activation_gives_nan(name):
+    w = synth_blocks(name, 6, 256)
+    x = activations(256, 2)
+    x[7] = np.nan
+    assert np.isnan(matvec(w, GGMLType[name], x)).all()
+
+
+# -------------------------------------------------------------------------- the SIMD values
+
+
+@njit(cache=False)
+def _madd(a, b, out):
+    out[:] = 0
+    p = simd.madd(simd.load_i16(a, 0), simd.load_i16(b, 0))
+    s = simd.fma_vec(p, simd.load_f32(np.ones(8, np.float32), 0), simd.f32x8_zero())
+    t = simd.f32x8_mul(s, np.float32(1))
+    for k in range(8):
+        out[k] = simd.f32x8_sum(simd.f32x8_mul(t, simd.load_f32(np.eye(8, dtype=np.float32)[k], 0)))
+
+
+@pytest.mark.parametrize("avx2", [True, False])
+def test_madd_pairs_products(monkeypatch, avx2):
+    """vpmaddwd's semantics, from the x86 instruction and from the portable IR pattern."""
+    monkeypatch.setattr(simd, "HAS_AVX2", avx2 and simd.HAS_AVX2)
+    fn = njit(cache=False)(_madd.py_func)  # a fresh compile sees the patched flag
+    rng = np.random.default_rng(3)
+    a = rng.integers(-32767, 32768, 16).astype(np.int16)
+    b = rng.integers(-32767, 32768, 16).astype(np.int16)
+    out = np.empty(8, np.float32)
+    fn(a, b, out)
+    prod = a.astype(np.int64) * b.astype(np.int64)
+    assert np.array_equal(out, (prod[0::2] + prod[1::2]).astype(np.float32))
+
+
+@njit(cache=False)
+def _fields(w, out):
+    lo, hi = simd.f16_pair(w, 0, 0)
+    out[0], out[1] = lo, hi
+    u = simd.bytes_f32(simd.load_u32(w, 0, 4), simd.load_u32(w, 0, 8))
+    s = simd.sbytes_f32(simd.load_u32(w, 0, 4), simd.load_u32(w, 0, 8))
+    rows = simd.f16_rows(w, 0, 1, 1, 0, 0)
+    pairs = simd.lane_pairs(u, 2)
+    for k in range(8):
+        e = simd.load_f32(np.eye(8, dtype=np.float32)[k], 0)
+        out[2 + k] = simd.f32x8_sum(simd.f32x8_mul(u, e))
+        out[10 + k] = simd.f32x8_sum(simd.f32x8_mul(s, e))
+        out[18 + k] = simd.f32x8_sum(simd.f32x8_mul(rows, e))
+        out[26 + k] = simd.f32x8_sum(simd.f32x8_mul(pairs, e))
+
+
+def test_field_loads():
+    w = np.zeros((2, 16), np.uint8)
+    w[0, :4] = np.array([1.5, -2.25], "<f2").view(np.uint8)
+    w[1, :2] = np.array([3.0], "<f2").view(np.uint8)
+    w[0, 4:12] = [0, 1, 2, 127, 128, 200, 254, 255]
+    out = np.empty(34, np.float32)
+    _fields(w, out)
+    b = w[0, 4:12]
+    assert out[:2].tolist() == [1.5, -2.25]
+    assert np.array_equal(out[2:10], b.astype(np.float32))
+    assert np.array_equal(out[10:18], b.view(np.int8).astype(np.float32))
+    assert out[18:26].tolist() == [1.5, 3.0, 3.0, 1.5, 0, 0, 0, 0]
+    assert out[26:34].tolist() == [b[4]] * 4 + [b[5]] * 4
