@@ -35,7 +35,7 @@ class Llama:
                  n_ubatch: int = 512, n_threads: int | None = None,
                  n_threads_batch: int | None = None, seed: int = LLAMA_DEFAULT_SEED,
                  vocab_only: bool = False, logits_all: bool = False, verbose: bool = True,
-                 chat_format: str | None = None, **kwargs: Any):
+                 chat_format: str | None = None, repack: bool = True, **kwargs: Any):
         self.model_path, self.verbose, self.seed = str(model_path), verbose, seed
         self._file = open_gguf(model_path)
         self.metadata = {k: str(v) for k, v in self._file.metadata.items()
@@ -47,7 +47,7 @@ class Llama:
         self._logits_all = logits_all
         if n_threads:
             set_threads(n_threads)
-        self._model = None if vocab_only else load_model(self._file)
+        self._model = None if vocab_only else load_model(self._file, repack=repack)
         if self._model is not None:
             self._n_ctx = n_ctx or self._model.args.n_ctx_train
             self._ctx = Context(self._model, n_ctx=self._n_ctx, n_ubatch=min(n_ubatch, n_batch))
