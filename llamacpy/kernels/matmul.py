@@ -3,21 +3,36 @@
 Large batches dequantize a tile of rows into a float32 scratch buffer (the numba decoders of
 kernels/dequant.py, parallel over rows) and hand it to BLAS sgemm, tile by tile so the scratch
 stays modest (llama.cpp's CPU backend instead converts X to the weight's vec_dot type; BLAS on
-float32 is what numpy does best). Small batches decode each row once into an L1-resident buffer
-and take its dot product with every token (the `multi_*` kernels); which path runs is chosen per
-shape by `SMALL_BATCH`, measured with bench/bench_kernels.py.
+float32 is what numpy does best). Small batches (up to `SMALL_BATCH` tokens: the server's batched
+decode, one token per sequence) read each weight row once for all tokens, in the `multi_*`
+kernels; which path runs is chosen per shape by `SMALL_BATCH`, measured with
+bench/bench_kernels.py.
+
+Small-batch integer kernels (Q8_0 and so the repacked Q5_0 / IQ4_NL layers, Q4_1, Q4_K, Q6_K) use
+the int16 activations of kernels/matvec.py: every X row is quantized once per call, then each
+weight row is decoded once into an L1-resident int16 row `wq` (block quants in the activations'
+even/odd order, Q6_K's 16-weight scales and -32 offset folded in) with one float scale per
+32-weight block `ws` (and for Q4_1 / Q4_K a min term `wm`), and dotted with the tokens four at a
+time by `_int_dots`: two vpmaddwd, a vpaddd, one conversion and one FMA per block and token, the
+block's combined scale ws * x_scale precomputed per row for all tokens. The other types decode
+rows to float32 and take plain float dot products (`_float_dots`). Scratch rows are allocated
+once per chunk of rows, never per row.
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import njit, prange
 
 from ..format.constants import GGMLType
-from .dequant import (ROW_KERNELS, call_kernel, dq_bf16, dq_f16, dq_iq4_nl, dq_iq4_xs, dq_q2_k,
-                      dq_q3_k, dq_q4_0, dq_q4_1, dq_q4_k, dq_q5_0, dq_q5_1, dq_q5_k, dq_q6_k,
-                      dq_q8_0, ld2, output_array, row_length, weight_view)
-from .matvec import matvec
+from .dequant import (FASTMATH, ROW_KERNELS, call_kernel, dq_bf16, dq_f16, dq_iq4_nl, dq_iq4_xs,
+                      dq_q2_k, dq_q3_k, dq_q4_0, dq_q5_0, dq_q5_1, dq_q5_k, ld, ld2,
+                      output_array, row_length, weight_view)
+from .matvec import PREFETCH, _block_sums, _k4_scales_mins, matvec, quantize_i16
+from .simd import (f16_pair, f32x8_fma, f32x8_half_sums, f32x8_mul, f32x8_splat, f32x8_sum,
+                   f32x8_zero, fma_vec, hi_lo, i16_halves, load_f32, load_i16, load_nibble_words,
+                   load_w16, madd, prefetch, store_f32, vadd, vand, vmul, vsar, vshl, vshr, vsub)
 
 MULTI_FASTMATH = {"contract", "reassoc"}  # reassoc lets LLVM vectorise the dot-product reductions
 # float32 tile of dequantized rows handed to sgemm. Few, large tiles: with several threads each
@@ -26,8 +41,11 @@ SCRATCH_BYTES = 16 << 20
 SMALL_BATCH = 8  # up to this many tokens the multi_* kernels beat dequantize + sgemm
 
 
+# ------------------------------------------------------------- float rows: the other types
+
+
 @njit(inline="always")
-def _dots(buf, X, Y, r):
+def _float_dots(buf, X, Y, r):
     """Y[t, r] = buf[0] . X[t] for every token t, four tokens per pass over buf."""
     n_tok, n = X.shape
     t = 0
@@ -50,115 +68,294 @@ def _dots(buf, X, Y, r):
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_f16(w, X, Y):
-    for r in prange(w.shape[0]):
-        buf = np.empty((1, X.shape[1]), np.float32)  # row r, decoded
-        dq_f16(w, r, buf, 0)
-        _dots(buf, X, Y, r)
+def multi_f16(w, X, Y, chunks):
+    rows = w.shape[0]
+    for c in prange(chunks):
+        buf = np.empty((1, X.shape[1]), np.float32)  # one decoded row, reused over the chunk
+        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+            dq_f16(w, r, buf, 0)
+            _float_dots(buf, X, Y, r)
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_bf16(w, X, Y):
-    for r in prange(w.shape[0]):
-        buf = np.empty((1, X.shape[1]), np.float32)  # row r, decoded
-        dq_bf16(w, r, buf, 0)
-        _dots(buf, X, Y, r)
+def multi_bf16(w, X, Y, chunks):
+    rows = w.shape[0]
+    for c in prange(chunks):
+        buf = np.empty((1, X.shape[1]), np.float32)
+        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+            dq_bf16(w, r, buf, 0)
+            _float_dots(buf, X, Y, r)
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_q4_0(w, X, Y):
-    for r in prange(w.shape[0]):
-        buf = np.empty((1, X.shape[1]), np.float32)  # row r, decoded
-        dq_q4_0(w, r, buf, 0)
-        _dots(buf, X, Y, r)
+def multi_q4_0(w, X, Y, chunks):
+    rows = w.shape[0]
+    for c in prange(chunks):
+        buf = np.empty((1, X.shape[1]), np.float32)
+        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+            dq_q4_0(w, r, buf, 0)
+            _float_dots(buf, X, Y, r)
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_q4_1(w, X, Y):
-    for r in prange(w.shape[0]):
-        buf = np.empty((1, X.shape[1]), np.float32)  # row r, decoded
-        dq_q4_1(w, r, buf, 0)
-        _dots(buf, X, Y, r)
+def multi_q5_0(w, X, Y, chunks):
+    rows = w.shape[0]
+    for c in prange(chunks):
+        buf = np.empty((1, X.shape[1]), np.float32)
+        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+            dq_q5_0(w, r, buf, 0)
+            _float_dots(buf, X, Y, r)
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_q5_0(w, X, Y):
-    for r in prange(w.shape[0]):
-        buf = np.empty((1, X.shape[1]), np.float32)  # row r, decoded
-        dq_q5_0(w, r, buf, 0)
-        _dots(buf, X, Y, r)
+def multi_q5_1(w, X, Y, chunks):
+    rows = w.shape[0]
+    for c in prange(chunks):
+        buf = np.empty((1, X.shape[1]), np.float32)
+        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+            dq_q5_1(w, r, buf, 0)
+            _float_dots(buf, X, Y, r)
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_q5_1(w, X, Y):
-    for r in prange(w.shape[0]):
-        buf = np.empty((1, X.shape[1]), np.float32)  # row r, decoded
-        dq_q5_1(w, r, buf, 0)
-        _dots(buf, X, Y, r)
+def multi_q2_k(w, X, Y, chunks):
+    rows = w.shape[0]
+    for c in prange(chunks):
+        buf = np.empty((1, X.shape[1]), np.float32)
+        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+            dq_q2_k(w, r, buf, 0)
+            _float_dots(buf, X, Y, r)
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_q8_0(w, X, Y):
-    for r in prange(w.shape[0]):
-        buf = np.empty((1, X.shape[1]), np.float32)  # row r, decoded
-        dq_q8_0(w, r, buf, 0)
-        _dots(buf, X, Y, r)
+def multi_q3_k(w, X, Y, chunks):
+    rows = w.shape[0]
+    for c in prange(chunks):
+        buf = np.empty((1, X.shape[1]), np.float32)
+        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+            dq_q3_k(w, r, buf, 0)
+            _float_dots(buf, X, Y, r)
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_q2_k(w, X, Y):
-    for r in prange(w.shape[0]):
-        buf = np.empty((1, X.shape[1]), np.float32)  # row r, decoded
-        dq_q2_k(w, r, buf, 0)
-        _dots(buf, X, Y, r)
+def multi_q5_k(w, X, Y, chunks):
+    rows = w.shape[0]
+    for c in prange(chunks):
+        buf = np.empty((1, X.shape[1]), np.float32)
+        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+            dq_q5_k(w, r, buf, 0)
+            _float_dots(buf, X, Y, r)
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_q3_k(w, X, Y):
-    for r in prange(w.shape[0]):
-        buf = np.empty((1, X.shape[1]), np.float32)  # row r, decoded
-        dq_q3_k(w, r, buf, 0)
-        _dots(buf, X, Y, r)
+def multi_iq4_nl(w, X, Y, chunks):
+    rows = w.shape[0]
+    for c in prange(chunks):
+        buf = np.empty((1, X.shape[1]), np.float32)
+        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+            dq_iq4_nl(w, r, buf, 0)
+            _float_dots(buf, X, Y, r)
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_q4_k(w, X, Y):
-    for r in prange(w.shape[0]):
-        buf = np.empty((1, X.shape[1]), np.float32)  # row r, decoded
-        dq_q4_k(w, r, buf, 0)
-        _dots(buf, X, Y, r)
+def multi_iq4_xs(w, X, Y, chunks):
+    rows = w.shape[0]
+    for c in prange(chunks):
+        buf = np.empty((1, X.shape[1]), np.float32)
+        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+            dq_iq4_xs(w, r, buf, 0)
+            _float_dots(buf, X, Y, r)
 
 
-@njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_q5_k(w, X, Y):
-    for r in prange(w.shape[0]):
-        buf = np.empty((1, X.shape[1]), np.float32)  # row r, decoded
-        dq_q5_k(w, r, buf, 0)
-        _dots(buf, X, Y, r)
+# --------------------------------------- integer rows: int16 activations, vpmaddwd (see top)
+
+KIND_Q8_0, KIND_Q4_1, KIND_Q4_K, KIND_Q6_K = 0, 1, 2, 3  # constants once the kernels are inlined
 
 
-@njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_q6_k(w, X, Y):
-    for r in prange(w.shape[0]):
-        buf = np.empty((1, X.shape[1]), np.float32)  # row r, decoded
-        dq_q6_k(w, r, buf, 0)
-        _dots(buf, X, Y, r)
+@njit(inline="always")
+def _pair_activations(X):
+    """The rows of X [T, n] quantized as matvec.quantize_i16 does, laid out for `_pair_dot`:
+    tokens in pairs (t, u) = (2p, 2p + 1), the last one twice for odd T. Per pair and block b,
+    xp int16 [64] holds [E_t[0:8] E_u[8:16] | E_t[8:16] O_u[0:8] | O_t[0:8] O_u[8:16] |
+    O_t[8:16] E_u[0:8]] (E, O: the activations at the block's even and odd positions) and xd2
+    float32 [8] the scales [x_t's] * 4 + [x_u's] * 4. Also the block sums xs float32 [T * nbp]
+    (nbp: blocks rounded up to a multiple of 8, zero padding) for the min terms."""
+    T, n = X.shape
+    nb = n // 32
+    nbp = (nb + 7) // 8 * 8
+    npairs = (T + 1) // 2
+    xp = np.empty(npairs * n * 2, np.int16)
+    xd2 = np.empty(npairs * nb * 8, np.float32)
+    xs = np.zeros(T * nbp, np.float32)
+    for t in range(T):
+        q, d = quantize_i16(X[t])  # per block: 16 even positions, then 16 odd ones
+        xs[nbp * t : nbp * t + nb] = _block_sums(X[t], 32)
+        p, hi = t // 2, t % 2
+        for k in range(2 - hi if t == T - 1 else 1):  # an odd T's last token fills both halves
+            h = hi + k
+            for b in range(nb):
+                o, i, j = 32 * b, 64 * (nb * p + b), 8 * (nb * p + b)
+                for e in range(8):  # each token's 32 words go to 4 quarter-vectors
+                    xp[i + 8 * h + e] = q[o + 8 * h + e]
+                    xp[i + 16 + 8 * h + e] = q[o + 8 * (1 - h) + 16 * h + e]
+                    xp[i + 32 + 8 * h + e] = q[o + 16 + 8 * h + e]
+                    xp[i + 48 + 8 * h + e] = q[o + 24 - 24 * h + e]
+                for e in range(4):
+                    xd2[j + 4 * h + e] = d[b]
+    return xp, xd2, xs, nbp
 
 
-@njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_iq4_nl(w, X, Y):
-    for r in prange(w.shape[0]):
-        buf = np.empty((1, X.shape[1]), np.float32)  # row r, decoded
-        dq_iq4_nl(w, r, buf, 0)
-        _dots(buf, X, Y, r)
+@njit(inline="always")
+def _pair_dot(v1, v3, xp, i, s, acc):
+    """acc + one block's dot products with a pair of tokens, (t's in lanes 0-3, u's in lanes 4-7)
+    times the scales s. v1, v3: the block's decoded quants at even and odd positions; v1's high
+    half and v3's low half, and v3's high half and v1's low half, make the other two vectors, so
+    that over four madds each 128-bit half of the products meets all 32 weights once."""
+    m0 = madd(v1, load_i16(xp, i))
+    m1 = madd(hi_lo(v1, v3), load_i16(xp, i + 16))
+    m2 = madd(v3, load_i16(xp, i + 32))
+    m3 = madd(hi_lo(v3, v1), load_i16(xp, i + 48))
+    return fma_vec(vadd(vadd(m0, m1), vadd(m2, m3)), s, acc)
 
 
-@njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_iq4_xs(w, X, Y):
-    for r in prange(w.shape[0]):
-        buf = np.empty((1, X.shape[1]), np.float32)  # row r, decoded
-        dq_iq4_xs(w, r, buf, 0)
-        _dots(buf, X, Y, r)
+@njit(inline="always")
+def _block_quants(w, r, b, kind):
+    """Block b (32 weights) of row r as int16 quants at its even and odd positions, the order of
+    the activations: (I16x16, I16x16). Q6_K's 16-weight scales and -32 offset are folded in
+    (|q - 32| <= 32, |scale| <= 128: the products fit int16, four of them times int16 activations
+    an int32 madd lane)."""
+    if kind == KIND_Q8_0:
+        v = load_w16(w, r, 34 * b + 2)
+        return vsar(vshl(v, 8), 8), vsar(v, 8)  # sign-extended even and odd bytes
+    if kind == KIND_Q4_1:
+        v = load_nibble_words(w, r, 20 * b + 4)  # see matvec._q4_1_dot
+        return vand(v, 15), vand(vshr(v, 8), 15)
+    if kind == KIND_Q4_K:
+        # 32 bytes per pair of sub-blocks: low nibbles are sub-block 2j, high ones 2j + 1
+        v = load_w16(w, r, 144 * (b >> 3) + 16 + 32 * ((b >> 1) & 3))
+        sh = 4 * (b & 1)
+        return vand(vshr(v, sh), 15), vand(vshr(v, sh + 8), 15)
+    # Q6_K (dequantize_row_q6_K): in half h, block k takes the low (k < 2) or high nibbles of
+    # ql[32 (k & 1):][:32] and bits 2k, 2k + 1 of qh[:32]; see also matvec._q6_k_half
+    o, h, k = 210 * (b >> 3), (b >> 2) & 1, b & 3
+    q = load_w16(w, r, o + 64 * h + 32 * (k & 1))
+    hb = load_w16(w, r, o + 128 + 32 * h)
+    sq, sh = 4 * (k >> 1), 2 * k
+    even = vadd(vand(vshr(q, sq), 0x0F), vshl(vand(vshr(hb, sh), 3), 4))
+    odd = vadd(vand(vshr(q, sq + 8), 0x0F), vshl(vand(vshr(hb, sh + 8), 3), 4))
+    s = o + 192 + 8 * h + 2 * k
+    scale = i16_halves(np.int8(ld2(w, r, s)), np.int8(ld2(w, r, s + 1)))
+    return vmul(vsub(even, 32), scale), vmul(vsub(odd, 32), scale)
+
+
+@njit(inline="always")
+def _block_scales(w, r, ws, wm, kind):
+    """Row r's float scale per 32-weight block into ws and, for Q4_1 / Q4_K, its min term per
+    block into wm (y = sum_b ws_b * (q . x)_b + wm_b * sum(x_b)); prefetches the row stream."""
+    if kind == KIND_Q8_0:
+        for b in range(w.shape[1] // 34):
+            prefetch(w, r, 34 * b + PREFETCH)
+            ws[b] = f16_pair(w, r, 34 * b)[0]  # a 32-bit load: d and the first two quants
+    elif kind == KIND_Q4_1:
+        for b in range(w.shape[1] // 20):
+            prefetch(w, r, 20 * b + PREFETCH)
+            ws[b], wm[b] = f16_pair(w, r, 20 * b)
+    elif kind == KIND_Q4_K:
+        for sb in range(w.shape[1] // 144):
+            o = 144 * sb
+            for k in range(3):
+                prefetch(w, r, o + PREFETCH + 64 * k)
+            d, dmin = f16_pair(w, r, o)
+            sc, m = _k4_scales_mins(w, r, o + 4)
+            store_f32(ws, 8 * sb, f32x8_mul(sc, d))
+            store_f32(wm, 8 * sb, f32x8_mul(m, -dmin))
+    else:
+        for sb in range(w.shape[1] // 210):
+            o = 210 * sb
+            for k in range(4):
+                prefetch(w, r, o + PREFETCH + 64 * k)
+            store_f32(ws, 8 * sb, f32x8_splat(f16_pair(w, r, o + 206)[1]))
+
+
+@njit(inline="always")
+def _two_pairs(w, r, kind, nb, ws, xp, xd2, p0, p1):
+    """The dot products of row r with pairs p0 and p1 (four tokens): two F32x8 (see _pair_dot)."""
+    a0, a1 = f32x8_zero(), f32x8_zero()
+    for b in range(nb):
+        v1, v3 = _block_quants(w, r, b, kind)
+        s = f32x8_splat(ld(ws, b))
+        j0, j1 = nb * p0 + b, nb * p1 + b
+        a0 = _pair_dot(v1, v3, xp, 64 * j0, f32x8_mul(s, load_f32(xd2, 8 * j0)), a0)
+        a1 = _pair_dot(v1, v3, xp, 64 * j1, f32x8_mul(s, load_f32(xd2, 8 * j1)), a1)
+    return a0, a1
+
+
+@njit(inline="always")
+def _one_pair(w, r, kind, nb, ws, xp, xd2, p0):
+    a0 = f32x8_zero()
+    for b in range(nb):
+        v1, v3 = _block_quants(w, r, b, kind)
+        j0 = nb * p0 + b
+        s = f32x8_mul(load_f32(xd2, 8 * j0), ld(ws, b))
+        a0 = _pair_dot(v1, v3, xp, 64 * j0, s, a0)
+    return a0
+
+
+@njit(inline="always")
+def _store_pair(Y, r, p, acc):
+    """Y[2p, r], Y[2p + 1, r] = the lane sums of acc's halves (an odd T's last pair: one)."""
+    y0, y1 = f32x8_half_sums(acc)
+    Y[2 * p, r] = y0
+    if 2 * p + 1 < Y.shape[0]:
+        Y[2 * p + 1, r] = y1
+
+
+@njit(inline="always")
+def _int_rows(w, X, Y, chunks, kind):
+    """Y = X @ W^T for an integer kind: rows in `chunks` parallel chunks, each row's scales
+    decoded once, then its blocks once per two pairs of tokens."""
+    xp, xd2, xs, nbp = _pair_activations(X)
+    rows, T, nb = w.shape[0], X.shape[0], X.shape[1] // 32
+    npairs = (T + 1) // 2
+    for c in prange(chunks):
+        ws = np.zeros(nbp, np.float32)  # per block: the scale, the min term (zero padding)
+        wm = np.zeros(nbp, np.float32)
+        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+            _block_scales(w, r, ws, wm, kind)
+            p = 0
+            while p + 2 <= npairs:
+                a0, a1 = _two_pairs(w, r, kind, nb, ws, xp, xd2, p, p + 1)
+                _store_pair(Y, r, p, a0)
+                _store_pair(Y, r, p + 1, a1)
+                p += 2
+            if p < npairs:
+                _store_pair(Y, r, p, _one_pair(w, r, kind, nb, ws, xp, xd2, p))
+            if kind == KIND_Q4_1 or kind == KIND_Q4_K:
+                for t in range(T):
+                    m = f32x8_zero()
+                    for k in range(nbp // 8):
+                        m = f32x8_fma(load_f32(wm, 8 * k), load_f32(xs, nbp * t + 8 * k), m)
+                    Y[t, r] += f32x8_sum(m)
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def multi_q8_0(w, X, Y, chunks):
+    _int_rows(w, X, Y, chunks, KIND_Q8_0)
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def multi_q4_1(w, X, Y, chunks):
+    _int_rows(w, X, Y, chunks, KIND_Q4_1)
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def multi_q4_k(w, X, Y, chunks):
+    _int_rows(w, X, Y, chunks, KIND_Q4_K)
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def multi_q6_k(w, X, Y, chunks):
+    _int_rows(w, X, Y, chunks, KIND_Q6_K)
 
 
 MULTI_KERNELS = {
@@ -179,6 +376,13 @@ MULTI_KERNELS = {
 }
 
 
+def row_chunks(rows: int) -> int:
+    """Row chunks for a multi_* kernel's prange: one per thread (numba splits the range evenly),
+    each with its own scratch. From Python: numba.get_num_threads() inside a kernel would stop
+    numba caching it."""
+    return max(1, min(rows, numba.get_num_threads()))
+
+
 def matmul(w_blocks: np.ndarray, ggml_type: int, X: np.ndarray,
            out: np.ndarray | None = None) -> np.ndarray:
     """Y = X @ W^T, W uint8 [rows, row_bytes] blocks of `ggml_type`: float32 [n_tokens, rows]."""
@@ -194,7 +398,8 @@ def matmul(w_blocks: np.ndarray, ggml_type: int, X: np.ndarray,
     elif ggml_type == GGMLType.F32:
         np.matmul(X, w_blocks.view(np.float32).T, out=out)
     elif X.shape[0] <= SMALL_BATCH and ggml_type in MULTI_KERNELS:
-        call_kernel(MULTI_KERNELS[ggml_type], weight_view(w_blocks, ggml_type), X, out)
+        call_kernel(MULTI_KERNELS[ggml_type], weight_view(w_blocks, ggml_type), X, out,
+                    row_chunks(rows))
     else:
         _tiled(w_blocks, ggml_type, X, out)
     return out

@@ -183,6 +183,20 @@ def store_f32(typingctx, a, i, v):
 
 
 @intrinsic
+def store_i16(typingctx, a, i, v):
+    """a[i:i + 16] = v for a 1-D int16 array."""
+    if not (_is_array(a, 1, types.int16) and v == I16x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _store(builder, args[2], _item_ptr(context, builder, sig.args[0], args[0], args[1:2],
+                                           sig.args[1:2]))
+        return context.get_dummy_value()
+
+    return types.none(a, i, v), codegen
+
+
+@intrinsic
 def store_row8(typingctx, a, r, i, v):
     """a[r, i:i + 8] = v for a 2-D float32 array."""
     if not (_is_array(a, 2, types.float32) and v == F32x8):
@@ -327,8 +341,27 @@ vand = _int_binop("and_", "a & b lane-wise")
 vxor = _int_binop("xor", "a ^ b lane-wise")
 vshr = _int_binop("lshr", "a >> b lane-wise, logical (zeros shifted in)")
 vshl = _int_binop("shl", "a << b lane-wise")
+vsar = _int_binop("ashr", "a >> b lane-wise, arithmetic (the sign shifted in)")
 vadd = _int_binop("add", "a + b lane-wise (integers wrap)")
 vsub = _int_binop("sub", "a - b lane-wise (integers wrap)")
+vmul = _int_binop("mul", "a * b lane-wise, the low half of each product (integers wrap)")
+
+
+@intrinsic
+def i16_halves(typingctx, a, b):
+    """I16x16 [a] * 8 + [b] * 8 from two integers (truncated to 16 bits): per-16-weight scales
+    laid over a word vector whose lanes 0-7 and 8-15 fall in different sub-blocks."""
+    if not (isinstance(a, types.Integer) and isinstance(b, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v8 = ir.VectorType(I16, 8)
+        lo, hi = (_splat(builder, builder.trunc(context.cast(builder, v, t, types.int32), I16),
+                         v8) for v, t in zip(args, sig.args))
+        return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(I32, 16),
+                                                          list(range(16))))
+
+    return I16x16(a, b), codegen
 
 
 @intrinsic
@@ -481,6 +514,19 @@ def swap_halves(typingctx, a):
     return F32x8(a), codegen
 
 
+@intrinsic
+def hi_lo(typingctx, a, b):
+    """I16x16 [a8..a15, b0..b7]: a's high 128-bit half, then b's low half (vperm2i128)."""
+    if not (a == I16x16 and b == I16x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        idx = ir.Constant(ir.VectorType(I32, 16), list(range(8, 24)))
+        return builder.shuffle_vector(args[0], args[1], idx)
+
+    return I16x16(a, b), codegen
+
+
 # ------------------------------------------------------------------------------- reductions
 
 
@@ -498,6 +544,23 @@ def f32x8_sum(typingctx, a):
                             builder.extract_element(v2, ir.Constant(I32, 1)))
 
     return types.float32(a), codegen
+
+
+@intrinsic
+def f32x8_half_sums(typingctx, a):
+    """(a0 + a1 + a2 + a3, a4 + a5 + a6 + a7) as a tuple of float32."""
+    if a != F32x8:
+        return None
+    retty = types.UniTuple(types.float32, 2)
+
+    def codegen(context, builder, sig, args):
+        v = args[0]
+        v4 = builder.fadd(_lanes(builder, v, [0, 4, 2, 6]), _lanes(builder, v, [1, 5, 3, 7]))
+        v2 = builder.fadd(_lanes(builder, v4, [0, 1]), _lanes(builder, v4, [2, 3]))
+        items = [builder.extract_element(v2, ir.Constant(I32, k)) for k in range(2)]
+        return context.make_tuple(builder, retty, items)
+
+    return retty(a), codegen
 
 
 @intrinsic
