@@ -28,6 +28,7 @@ class Batch:
     positions: np.ndarray  # int32 [n]
     seq_ids: np.ndarray  # int32 [n]
     logits: np.ndarray  # bool [n]: rows whose logits are returned
+    mrope_positions: np.ndarray | None = None  # int32 [n, 4]: M-RoPE (t, h, w, e); None: text
 
     @classmethod
     def from_tokens(cls, tokens, pos0: int = 0, seq: int = 0, all_logits: bool = False) -> Batch:
@@ -41,8 +42,18 @@ class Batch:
         return len(self.tokens)
 
     def slice(self, start: int, stop: int) -> Batch:
+        mrope = None if self.mrope_positions is None else self.mrope_positions[start:stop]
         return Batch(self.tokens[start:stop], self.positions[start:stop],
-                     self.seq_ids[start:stop], self.logits[start:stop])
+                     self.seq_ids[start:stop], self.logits[start:stop], mrope)
+
+    def mrope(self) -> np.ndarray:
+        """M-RoPE positions int32 [n, 4]: the field, or for text tokens (p, p, p, 0) as llama.cpp
+        builds them from the plain positions (llm_graph_input_pos::set_input)."""
+        if self.mrope_positions is not None:
+            return self.mrope_positions
+        out = np.zeros((len(self), 4), np.int32)
+        out[:, :3] = self.positions[:, None]
+        return out
 
     def segments(self) -> list[Segment]:
         """Split rows into runs of one sequence with consecutive positions."""

@@ -66,7 +66,7 @@ class SequenceState:
         At least the last prompt token is always re-evaluated so its logits are fresh.
         """
         keep = min(common_prefix(self.tokens, prompt), len(prompt) - 1)
-        self.ctx.cache.trim(self.seq, keep)
+        keep = self.ctx.cache.trim(self.seq, keep)  # a recurrent state may go back further
         self.tokens = self.tokens[:keep]
         return self.evaluate(prompt[keep:])[-1], keep
 

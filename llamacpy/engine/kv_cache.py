@@ -58,9 +58,11 @@ class KVCache:
         """Record that `seq` now holds positions 0..n_past-1 (after all layers stored)."""
         self.n_past[seq] = max(self.n_past[seq], n_past)
 
-    def trim(self, seq: int, n_keep: int) -> None:
-        """Forget positions >= n_keep of `seq` (llama_memory_seq_rm from n_keep to the end)."""
+    def trim(self, seq: int, n_keep: int) -> int:
+        """Forget positions >= n_keep of `seq` (llama_memory_seq_rm from n_keep to the end);
+        returns the positions kept (a hybrid cache may keep fewer than asked)."""
         self.n_past[seq] = min(self.n_past[seq], max(0, n_keep))
+        return int(self.n_past[seq])
 
     def clear(self, seq: int | None = None) -> None:
         if seq is None:

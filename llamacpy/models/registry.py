@@ -9,11 +9,13 @@ from .gemma3 import Gemma3Model
 from .llama import LlamaModel
 from .qwen2 import Qwen2Model
 from .qwen3 import Qwen3Model
+from .qwen35 import Qwen35Model
 
 ARCHITECTURES = {
     "llama": LlamaModel,
     "qwen2": Qwen2Model,
     "qwen3": Qwen3Model,
+    "qwen35": Qwen35Model,
     "gemma3": Gemma3Model,
 }
 

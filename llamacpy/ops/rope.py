@@ -7,6 +7,7 @@ x[i + n_rot/2]). Only the first `n_rot` dimensions of each head rotate.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -87,6 +88,13 @@ def apply_rope_reference(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, mode: 
 ROPE_MROPE, ROPE_IMROPE = 8, 40  # GGML_ROPE_TYPE_MROPE / _IMROPE; both rotate NEOX pairs
 
 
+@functools.lru_cache(maxsize=16)
+def _mrope_components(sections: tuple[int, ...], n_pairs: int, interleaved: bool) -> np.ndarray:
+    comp = mrope_components(sections, n_pairs, interleaved)
+    comp.flags.writeable = False
+    return comp
+
+
 def mrope_components(sections, n_pairs: int, interleaved: bool) -> np.ndarray:
     """Which position component (0..3: t, h, w, e) each of the n_pairs rotated pairs uses, as
     ggml_mrope_cache_init picks it: contiguous sections (Qwen2-VL), or interleaved t, h, w, t, ...
@@ -114,10 +122,13 @@ def mrope_cos_sin(c: RopeConfig, sections, positions: np.ndarray,
     """cos and sin float32 [n_tokens, n_rot / 2] for positions int [n_tokens, 4]; rotate with
     apply_rope(..., ROPE_NEOX). Each pair's angle is rope_cos_sin's for its own component, so
     tokens whose four positions are equal (text) get exactly the plain rope."""
-    comp = mrope_components(sections, c.n_rot // 2, interleaved)
+    comp = _mrope_components(tuple(int(x) for x in sections), c.n_rot // 2, interleaved)
+    used = [int(j) for j in np.unique(comp)]
+    if all(np.array_equal(positions[:, j], positions[:, used[0]]) for j in used):
+        return rope_cos_sin(c, positions[:, used[0]])  # text: one position for every pair
     n = positions.shape[0]
     cos, sin = np.empty((n, c.n_rot // 2), np.float32), np.empty((n, c.n_rot // 2), np.float32)
-    for j in np.unique(comp):
+    for j in used:
         cj, sj = rope_cos_sin(c, positions[:, j])
         cols = comp == j
         cos[:, cols], sin[:, cols] = cj[:, cols], sj[:, cols]

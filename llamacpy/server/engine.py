@@ -190,7 +190,7 @@ class Engine:
     def _start(self, slot: Slot, task: Task) -> None:
         keep = common_prefix(slot.tokens, task.prompt) if task.cache_prompt else 0
         keep = min(keep, len(task.prompt) - 1)  # re-read the last token for fresh logits
-        self.ctx.cache.trim(slot.id, keep)
+        keep = self.ctx.cache.trim(slot.id, keep)  # a recurrent state may go back further
         slot.tokens = slot.tokens[:keep]
         slot.task, slot.n_prompt_done, slot.n_cached = task, keep, keep
         slot.sampler = Sampler(task.params, self.tokenizer)
