@@ -26,11 +26,11 @@ class Context:
 
     def decode(self, batch: Batch) -> np.ndarray:
         """Logits float32 [rows with batch.logits, n_vocab], in batch order."""
-        for s in batch.segments():
-            self.cache.check_room(s.seq, s.pos0, s.stop - s.start)
+        for seq, pos0, n in runs(batch):
+            self.cache.check_room(seq, pos0, n)
         outputs = []
-        for start in range(0, len(batch), self.n_ubatch):
-            ub = batch.slice(start, start + self.n_ubatch)
+        for start, stop in ubatch_bounds(batch, self.n_ubatch):
+            ub = batch.slice(start, stop)
             logits = self.model.forward(ub, self.cache)
             for s in ub.segments():
                 self.cache.commit(s.seq, s.pos0 + s.stop - s.start)
@@ -39,3 +39,31 @@ class Context:
         if not outputs:
             return np.empty((0, self.model.args.n_vocab), np.float32)
         return outputs[0] if len(outputs) == 1 else np.concatenate(outputs)
+
+
+def ubatch_bounds(batch: Batch, n_ubatch: int) -> list[tuple[int, int]]:
+    """Row ranges of at most n_ubatch rows, except that a non-causal segment (an image whose
+    tokens see each other) is never cut: its ubatch grows to hold it (llama.cpp needs
+    n_ubatch >= the image's tokens for the same reason)."""
+    whole = [s for s in batch.segments() if not s.causal]
+    bounds, start = [], 0
+    while start < len(batch):
+        stop = min(start + n_ubatch, len(batch))
+        for s in whole:
+            if s.start < stop < s.stop:
+                stop = s.stop if s.start <= start else s.start
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def runs(batch: Batch) -> list[tuple[int, int, int]]:
+    """(seq, first position, rows) of each run of consecutive positions of one sequence,
+    across segments that only differ in their attention."""
+    out: list[list[int]] = []
+    for s in batch.segments():
+        if out and out[-1][0] == s.seq and out[-1][1] + out[-1][2] == s.pos0:
+            out[-1][2] += s.stop - s.start
+        else:
+            out.append([s.seq, s.pos0, s.stop - s.start])
+    return [tuple(r) for r in out]

@@ -14,8 +14,8 @@ import numpy as np
 
 from ..sampling import Sampler, find_stop
 from ..tokenizer import StreamingDetokenizer, Tokenizer
-from .batch import Batch
 from .context import Context
+from .prompt import Prompt, rope_position, text_batch
 
 
 @dataclass
@@ -32,7 +32,8 @@ class GenerationStats:
     n_prompt: int = 0
     n_cached: int = 0  # prompt tokens reused from the cache
     n_generated: int = 0
-    t_prompt: float = 0.0
+    t_prompt: float = 0.0  # prompt decoding, without image encoding
+    t_image: float = 0.0  # image encoding
     t_generate: float = 0.0
     finish_reason: str = "length"  # "stop" on EOG or a stop string
     text: str = ""
@@ -46,32 +47,45 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class SequenceState:
-    """The tokens held in the cache for one sequence, for prompt-prefix reuse."""
+    """What the cache holds for one sequence, for prompt-prefix reuse: one entry per cell (token
+    ids; image cells hold the image's key) and where images moved the rope position past the
+    cell count (`shifts`, M-RoPE models), so generated tokens get their true positions."""
 
     def __init__(self, ctx: Context, seq: int = 0):
         self.ctx, self.seq = ctx, seq
         self.tokens: list[int] = []
+        self.shifts: list[tuple[int, int]] = []  # (cell after an image, positions gained)
+
+    @property
+    def n_pos(self) -> int:
+        """The rope position of the next token."""
+        return rope_position(len(self.tokens), self.shifts)
 
     def evaluate(self, tokens: list[int], all_logits: bool = False) -> np.ndarray:
-        """Append `tokens` to the sequence; logits for the last (or every) new token."""
-        batch = Batch.from_tokens(tokens, pos0=len(self.tokens), seq=self.seq,
-                                  all_logits=all_logits)
+        """Append text `tokens` to the sequence; logits for the last (or every) new token."""
+        # the tokens list may have been cut by the caller: forget images no longer held
+        self.shifts = [s for s in self.shifts if s[0] <= len(self.tokens)]
+        batch = text_batch(tokens, len(self.tokens), self.n_pos, self.seq, all_logits)
         logits = self.ctx.decode(batch)
         self.tokens.extend(int(t) for t in tokens)
         return logits
 
-    def prefill(self, prompt: list[int]) -> tuple[np.ndarray, int]:
-        """Reuse the cached prefix, evaluate the rest; returns last logits and tokens reused.
+    def prefill(self, prompt: list[int] | Prompt) -> tuple[np.ndarray, int]:
+        """Reuse the cached prefix, evaluate the rest; returns last logits and cells reused.
 
-        At least the last prompt token is always re-evaluated so its logits are fresh.
+        At least the last prompt token is always re-evaluated so its logits are fresh; a reused
+        prefix never ends inside an image.
         """
-        keep = min(common_prefix(self.tokens, prompt), len(prompt) - 1)
+        prompt = prompt if isinstance(prompt, Prompt) else Prompt([int(t) for t in prompt])
+        keep = prompt.snap(min(common_prefix(self.tokens, prompt.tokens), len(prompt) - 1))
         keep = self.ctx.cache.trim(self.seq, keep)  # a recurrent state may go back further
-        self.tokens = self.tokens[:keep]
-        return self.evaluate(prompt[keep:])[-1], keep
+        logits = self.ctx.decode(prompt.batch(keep, len(prompt), self.seq))
+        self.tokens, self.shifts = list(prompt.tokens), prompt.shifts
+        return logits[-1], keep
 
 
-def generate(state: SequenceState, tokenizer: Tokenizer, sampler: Sampler, prompt: list[int],
+def generate(state: SequenceState, tokenizer: Tokenizer, sampler: Sampler,
+             prompt: list[int] | Prompt,
              max_tokens: int, stop: list[str] | None = None, ignore_eos: bool = False,
              stats: GenerationStats | None = None) -> Iterator[Step]:
     """Yield generated tokens with their released text until EOG, a stop string or max_tokens."""
@@ -80,6 +94,9 @@ def generate(state: SequenceState, tokenizer: Tokenizer, sampler: Sampler, promp
     t0 = time.perf_counter()
     logits, stats.n_cached = state.prefill(prompt)
     stats.n_prompt, stats.t_prompt = len(prompt), time.perf_counter() - t0
+    if isinstance(prompt, Prompt):  # encoding is part of prefill; report it on its own
+        stats.t_image = sum(im.t_encode for im in prompt.images)
+        stats.t_prompt -= stats.t_image
     detok, pending = StreamingDetokenizer(tokenizer, continuation=True), ""
     t1 = time.perf_counter()
     for i in range(max_tokens):

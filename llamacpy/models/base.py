@@ -15,8 +15,8 @@ from gguf.constants import Keys
 from ..engine.batch import Batch, Segment
 from ..engine.kv_cache import KVCache
 from ..format import GGUFError, GGUFFile
-from ..kernels.attention import attend
-from ..ops.linear import Linear
+from ..ops.attention import attend_segment
+from ..ops.linear import Linear, get_rows
 from ..ops.norm import rms_norm
 from ..ops.rope import ROPE_NEOX, RopeConfig, apply_rope, rope_cos_sin
 
@@ -178,12 +178,35 @@ class Attention:
             k = rms_norm(k, self.attn_k_norm, a.rms_eps)
         apply_rope(q, *rope, a.rope.mode)
         apply_rope(k, *rope, a.rope.mode)
-        out = np.empty((n, a.n_head, a.head_dim_v), np.float32)
-        for s in segments:
-            cache.store(self.il, s.seq, s.pos0, k[s.rows], v[s.rows])
-            attend(q[s.rows], cache.k[self.il][s.seq], cache.v[self.il][s.seq],
-                   batch.positions[s.rows], self.n_swa, self.scale, out[s.rows])
+        out = attend_cached(q, k, v, self.il, batch, segments, cache, self.n_swa, self.scale)
         return self.attn_output(out.reshape(n, -1))
+
+
+def attend_cached(q: np.ndarray, k: np.ndarray, v: np.ndarray, il: int, batch: Batch,
+                  segments: list[Segment], cache: KVCache, n_swa: int,
+                  scale: float) -> np.ndarray:
+    """Store each segment's k/v [n, n_head_kv, d] in layer il's cache, then attend over it:
+    float32 [n, n_head, d_v]."""
+    out = np.empty((q.shape[0], q.shape[1], v.shape[2]), np.float32)
+    for s in segments:
+        cache.store(il, s.seq, s.pos0, k[s.rows], v[s.rows])
+        attend_segment(q[s.rows], cache.k[il][s.seq], cache.v[il][s.seq], s,
+                       batch.positions[s.rows], n_swa, scale, out[s.rows])
+    return out
+
+
+def input_embeddings(token_embd, batch: Batch, token_scale: float = 1.0) -> np.ndarray:
+    """float32 [n, n_embd]: token rows from the embedding table (times token_scale), image rows
+    from batch.embeddings as they are (llm_graph_input_embd: gemma3 scales `ubatch.token` only)."""
+    image = batch.tokens < 0
+    if batch.embeddings is None or not image.any():
+        x = get_rows(token_embd, batch.tokens)
+        return x * np.float32(token_scale) if token_scale != 1.0 else x
+    x = np.array(batch.embeddings, np.float32)
+    if not image.all():
+        text = np.flatnonzero(~image)
+        x[text] = get_rows(token_embd, batch.tokens[text]) * np.float32(token_scale)
+    return x
 
 
 def with_bias(y: np.ndarray, bias: np.ndarray | None) -> np.ndarray:

@@ -17,10 +17,9 @@ from gguf.constants import Keys
 from ..engine.batch import Batch
 from ..format import GGUFFile
 from ..ops.activations import gelu_tanh
-from ..ops.linear import get_rows
 from ..ops.norm import rms_norm
 from ..ops.rope import ROPE_NEOX, rope_cos_sin
-from .base import Attention, GatedFFN, ModelArgs, Weights
+from .base import Attention, GatedFFN, ModelArgs, Weights, input_embeddings
 from .llama import LlamaModel
 
 SWA_PATTERN = 6  # every 6th layer attends globally (llama_model_gemma3: load_swa_pattern(ml, 6))
@@ -58,7 +57,7 @@ class Gemma3Model(LlamaModel):
 
     def forward(self, batch: Batch, cache) -> np.ndarray:
         a = self.args
-        x = get_rows(self.token_embd, batch.tokens) * np.float32(np.sqrt(a.n_embd))
+        x = input_embeddings(self.token_embd, batch, np.sqrt(a.n_embd))  # images unscaled
         segments = batch.segments()
         rope_global = rope_cos_sin(a.rope, batch.positions)
         rope_local = rope_cos_sin(a.extra["rope_swa"], batch.positions)

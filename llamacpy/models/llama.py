@@ -12,10 +12,10 @@ from ..engine.batch import Batch
 from ..engine.kv_cache import KVCache
 from ..format import GGUFFile
 from ..ops.activations import silu
-from ..ops.linear import Linear, get_rows
+from ..ops.linear import Linear
 from ..ops.norm import rms_norm
 from ..ops.rope import ROPE_NORM, rope_cos_sin
-from .base import Attention, GatedFFN, ModelArgs, Weights
+from .base import Attention, GatedFFN, ModelArgs, Weights, input_embeddings
 
 
 class LlamaLayer:
@@ -28,6 +28,7 @@ class LlamaLayer:
 
 class LlamaModel:
     rope_mode = ROPE_NORM
+    uses_mrope = False  # images advance the position by max(nx, ny) (mtmd's M-RoPE models)
 
     def __init__(self, g: GGUFFile, repack: bool = True):
         self.args = a = self.read_args(g)
@@ -53,7 +54,7 @@ class LlamaModel:
     def forward(self, batch: Batch, cache: KVCache) -> np.ndarray:
         """Logits float32 [rows with batch.logits, n_vocab]."""
         a = self.args
-        x = get_rows(self.token_embd, batch.tokens)
+        x = input_embeddings(self.token_embd, batch)
         segments = batch.segments()
         rope = rope_cos_sin(a.rope, batch.positions)
         for il, layer in enumerate(self.layers):

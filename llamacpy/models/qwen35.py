@@ -26,13 +26,12 @@ from gguf.constants import Keys
 from ..engine.batch import Batch, Segment
 from ..engine.hybrid_cache import HybridCache, Snapshot
 from ..format import GGUFError, GGUFFile
-from ..kernels.attention import attend
 from ..kernels.delta_net import conv1d, delta_rule_chunked, delta_rule_recurrent, gates
 from ..ops.activations import silu
 from ..ops.linear import get_rows
 from ..ops.norm import rms_norm
 from ..ops.rope import ROPE_NEOX, apply_rope, mrope_cos_sin
-from .base import GatedFFN, ModelArgs, Weights
+from .base import GatedFFN, ModelArgs, Weights, attend_cached, input_embeddings
 from .llama import LlamaModel
 
 LLM, SSM = Keys.LLM, Keys.SSM
@@ -113,11 +112,7 @@ class GatedAttention:
         v = self.attn_v(x).reshape(n, a.n_head_kv, a.head_dim_v)
         apply_rope(q, *ub.rope, ROPE_NEOX)
         apply_rope(k, *ub.rope, ROPE_NEOX)
-        out = np.empty((n, a.n_head, a.head_dim_v), np.float32)
-        for s in ub.segments:
-            cache.store(self.il, s.seq, s.pos0, k[s.rows], v[s.rows])
-            attend(q[s.rows], cache.k[self.il][s.seq], cache.v[self.il][s.seq],
-                   ub.batch.positions[s.rows], 0, self.scale, out[s.rows])
+        out = attend_cached(q, k, v, self.il, ub.batch, ub.segments, cache, 0, self.scale)
         out *= sigmoid(qg[:, :, 1])
         return self.attn_output(out.reshape(n, -1))
 
@@ -244,6 +239,7 @@ class MTPBlock:
 
 class Qwen35Model(LlamaModel):
     rope_mode = ROPE_NEOX  # the pairing of ggml's IMROPE
+    uses_mrope = True
 
     def __init__(self, g: GGUFFile, repack: bool = True):
         super().__init__(g, repack)
@@ -267,7 +263,7 @@ class Qwen35Model(LlamaModel):
     def forward(self, batch: Batch, cache: HybridCache) -> np.ndarray:
         """Logits float32 [rows with batch.logits, n_vocab]."""
         a = self.args
-        x = get_rows(self.token_embd, batch.tokens)
+        x = input_embeddings(self.token_embd, batch)
         segments = batch.segments()
         ub = UBatch(batch, segments, segment_arrays(segments),
                     mrope_cos_sin(a.rope, a.extra["rope_sections"], batch.mrope()),

@@ -281,7 +281,11 @@ class Projector:
     def encode(self, image) -> ImageEmbedding:
         """bytes (JPEG/PNG/WebP...), a PIL image or uint8 RGB [h, w, 3] -> ImageEmbedding.
         Undecodable or empty images raise ImageError (a ValueError)."""
-        prepared = self.prepare(as_rgb(image))
+        return self.encode_prepared(self.prepare(as_rgb(image)))
+
+    def encode_prepared(self, prepared: PreparedImage) -> ImageEmbedding:
+        """The embeddings of an image `prepare` made (preprocessing and encoding apart, so a
+        server checks an image when the request comes and encodes it when it is decoded)."""
         emb = self.encode_pixels(prepared.pixels)
         if emb.shape != (prepared.n_tokens, self.n_embd):
             raise AssertionError(f"{self.projector_type}: produced {emb.shape}, expected "
