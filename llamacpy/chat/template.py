@@ -113,13 +113,14 @@ class ChatTemplate:
             '["type"]' in source
 
     def normalize(self, messages: list[dict]) -> list[dict]:
-        if self.supports_typed_content:
-            return messages
+        """Typed content parts joined into text, unless the template walks them; a message
+        with media markers is always joined (common_chat_msg::to_json_oaicompat)."""
         out = []
         for m in messages:
-            m = dict(m)
-            if isinstance(m.get("content"), list):
-                m["content"] = concat_content_parts(m["content"])
+            content = m.get("content")
+            if isinstance(content, list) and (not self.supports_typed_content or any(
+                    isinstance(p, dict) and p.get("type") == "media_marker" for p in content)):
+                m = dict(m, content=concat_content_parts(content))
             out.append(m)
         return out
 

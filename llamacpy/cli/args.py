@@ -115,10 +115,21 @@ FLAGS = [
     f("--reasoning-budget", dest="reasoning_budget", type=int, default=-1,
       env="LLAMA_ARG_THINK_BUDGET", tools=("server",),
       help="thinking tokens before the end of thinking is forced (-1: unlimited)"),
+    # multimodal (tools/mtmd): the projector always runs on the CPU
+    f("-mm", "--mmproj", dest="mmproj", env="LLAMA_ARG_MMPROJ",
+      help="multimodal projector file (mmproj GGUF) for image input"),
     f("--no-mmproj-offload", dest="mmproj_offload", type=SWITCH, const=False, default=True,
-      tools=("server", "cli")),
-    f("--mmproj-offload", dest="mmproj_offload", type=SWITCH, default=True,
-      tools=("server", "cli")),
+      env="LLAMA_ARG_MMPROJ_OFFLOAD"),
+    f("--mmproj-offload", dest="mmproj_offload", type=SWITCH, default=True),
+    f("-mmdev", "--mmproj-device", dest="mmproj_device", env="MTMD_BACKEND_DEVICE",
+      help="only 'none' (CPU)"),
+    f("--image-min-tokens", dest="image_min_tokens", type=int, default=-1,
+      env="LLAMA_ARG_IMAGE_MIN_TOKENS", help="fewest tokens an image may take (dynamic-"
+      "resolution projectors; default: from the model)"),
+    f("--image-max-tokens", dest="image_max_tokens", type=int, default=-1,
+      env="LLAMA_ARG_IMAGE_MAX_TOKENS", help="most tokens an image may take"),
+    f("--image", dest="image", type=list, tools=("cli",),
+      help="image file for the prompt; repeat or comma-separate for several"),
     f("-cb", "--cont-batching", dest="cont_batching", type=SWITCH, default=True,
       tools=("server",)),
     f("--threads-http", dest="threads_http", type=int, default=-1, tools=("server",)),
@@ -139,14 +150,16 @@ NOT_SUPPORTED = {
                          "--override-kv", "-lm", "--load-mode", "--numa", "-sm", "--split-mode",
                          "-ts", "--tensor-split", "-mg", "--main-gpu", "--dry-multiplier",
                          "--xtc-probability", "-l", "--logit-bias", "--samplers", "--keep",
-                         "--image", "--audio", "--video", "-mm", "--mmproj", "--prompt-cache",
+                         "--audio", "--video", "-mmu", "--mmproj-url", "--prompt-cache",
+                         "--media-path",
                          "--models-dir", "--models-preset", "--slot-save-path", "-fa",
                          "--flash-attn", "--embd-normalize", "--cache-reuse",
                          "-gan", "-gaw", "--pooling", "--in-prefix", "--in-suffix")},
     **{k: False for k in ("--swa-full", "--context-shift", "-i", "--embedding", "--embeddings",
                           "--rerank", "--reranking",
                           "--interactive", "-if", "--interactive-first", "--no-warmup",
-                          "--mlock", "--no-mmap", "--check-tensors", "-e", "--escape")},
+                          "--mlock", "--no-mmap", "--check-tensors", "-e", "--escape",
+                          "--mmproj-auto", "--no-mmproj", "--no-mmproj-auto")},
 }
 
 
@@ -159,10 +172,18 @@ def build_parser(tool: str, prog: str, description: str) -> argparse.ArgumentPar
         if flag.type is SWITCH:
             parser.add_argument(*flag.names, dest=flag.dest, action="store_const",
                                 const=flag.const, default=default, help=flag.help)
+        elif flag.type is list:  # repeatable, each value comma-separated (parse_csv_row)
+            parser.add_argument(*flag.names, dest=flag.dest, action="append", default=default,
+                                help=flag.help)
         else:
             parser.add_argument(*flag.names, dest=flag.dest, type=flag.type, default=default,
                                 help=flag.help)
     return parser
+
+
+def csv_values(values: list[str] | None) -> list[str]:
+    """A repeatable flag's values, each split at commas (--image a.jpg,b.png --image c.jpg)."""
+    return [v.strip() for value in values or [] for v in value.split(",") if v.strip()]
 
 
 def env_default(flag: Flag):
@@ -200,6 +221,10 @@ def check_cpu_only(args: argparse.Namespace, tool: str) -> None:
     if device and device.lower() not in ("none", "cpu"):
         print(f"{tool}: warning: device '{device}' not available; running on the CPU",
               file=sys.stderr)
+    mmdev = getattr(args, "mmproj_device", None)
+    if mmdev and mmdev.lower() not in ("none", "cpu"):
+        print(f"{tool}: warning: mmproj device '{mmdev}' not available; the projector runs on "
+              f"the CPU", file=sys.stderr)
     if getattr(args, "hf_repo", None):
         raise SystemExit(f"{tool}: error: no model hub is reachable from here; install a model "
                          f"with `llamacpy pull NAME` and pass -m NAME")

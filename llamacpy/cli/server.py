@@ -59,7 +59,8 @@ def server_config(args):
         slots=args.slots, chat_template=template or args.chat_template,
         chat_template_kwargs=parse_kwargs(args.chat_template_kwargs),
         reasoning_format=args.reasoning_format, reasoning=args.reasoning,
-        reasoning_budget=args.reasoning_budget, sampling=sampling)
+        reasoning_budget=args.reasoning_budget, sampling=sampling, mmproj=args.mmproj,
+        image_min_tokens=args.image_min_tokens, image_max_tokens=args.image_max_tokens)
 
 
 def log(args, message: str) -> None:

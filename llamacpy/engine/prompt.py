@@ -82,6 +82,17 @@ class Prompt:
                 return im.start
         return n
 
+    def chunk_end(self, start: int, stop: int) -> int:
+        """`stop` for a chunk [start, stop) of this prompt, moved so it never cuts a non-causal
+        image (its tokens must be decoded together): back to the image's start, or on to its
+        end when the chunk starts with it."""
+        if not self.non_causal:
+            return stop
+        for im in self.images:
+            if im.start < stop < im.stop:
+                return im.stop if im.start <= start else im.start
+        return stop
+
     def position(self, cell: int) -> int:
         """Rope position of `cell` (text) or of its image (the image's t); len(self): the
         position after the prompt."""

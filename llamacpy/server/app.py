@@ -21,6 +21,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from ..chat.reasoning import ReasoningParser, prompt_opens_thinking
+from ..engine.prompt import Prompt
 from .engine import EngineError, Task
 from .params import Completion, RequestError, completion_from, expect, messages_from, parse_body
 from .state import ServerState
@@ -90,7 +91,8 @@ async def models(request: Request) -> Response:
              "owned_by": "llamacpp", "meta": meta}
     legacy = {"name": state.alias, "model": state.alias, "modified_at": "", "size": "",
               "digest": "", "type": "model", "description": "", "tags": [""],
-              "capabilities": ["completion"], "parameters": "", "details": {}}
+              "capabilities": ["completion", "multimodal"] if state.mtmd else ["completion"],
+              "parameters": "", "details": {}}
     return JSONResponse({"models": [legacy], "object": "list", "data": [entry]})
 
 
@@ -164,13 +166,14 @@ class Run:
     "chat")."""
 
     def __init__(self, state: ServerState, request: Request, kind: str, c: Completion,
-                 prompt: list[int], opens_thinking: bool = False):
+                 prompt: list[int] | Prompt, opens_thinking: bool = False):
         self.state, self.request, self.kind, self.c = state, request, kind, c
         self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self.model = state.alias
         self.queue: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
+        prompt = prompt if isinstance(prompt, Prompt) else Prompt([int(t) for t in prompt])
         self.task = Task(prompt=prompt, params=c.params, n_predict=c.n_predict, stop=c.stop,
                          ignore_eos=c.ignore_eos, n_probs=c.n_probs,
                          post_sampling_probs=c.post_sampling_probs, id_slot=c.id_slot,
@@ -374,7 +377,8 @@ async def completion(request: Request) -> Response:
     state: ServerState = request.app.state.server
     data = parse_body(await request.body())
     c = completion_from(data, state.sampling_defaults, state.cfg.n_predict, oaicompat=False)
-    prompt = state.prompt_tokens(data.get("prompt", ""))
+    # images are decoded and resized off the event loop
+    prompt = await asyncio.to_thread(state.completion_prompt, data.get("prompt", ""))
     return await start(Run(state, request, "native", c, prompt))
 
 
@@ -399,8 +403,8 @@ async def chat_completions(request: Request) -> Response:
     if expect(data, "n", (int,), 1) != 1:
         raise RequestError("only n = 1 is supported")
     c = completion_from(data, state.sampling_defaults, state.cfg.n_predict, oaicompat=True)
-    text, _ = state.render_chat(data)
-    prompt = state.tokenizer.tokenize(text, add_special=True, parse_special=True)
+    text, _, files = state.render_chat(data)
+    prompt = await asyncio.to_thread(state.chat_prompt, text, files)
     return await start(Run(state, request, "chat", c, prompt, prompt_opens_thinking(text)))
 
 

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine.batch import Batch
+from ..engine.batch import Batch, concat
 from ..engine.context import Context
 from ..engine.generate import common_prefix, release_text
+from ..engine.prompt import Prompt, rope_position, text_batch
 from ..sampling import Sampler, SamplingParams
 from ..sampling.sampler import pre_sampling_probs
 from ..tokenizer import StreamingDetokenizer, Tokenizer
@@ -38,7 +39,7 @@ class EngineError(Exception):
 class Task:
     """One completion request as the engine sees it."""
 
-    prompt: list[int]
+    prompt: Prompt  # one entry per KV cell: text tokens and images
     params: SamplingParams
     n_predict: int = -1
     stop: list[str] = field(default_factory=list)
@@ -59,7 +60,8 @@ class Task:
 class Slot:
     id: int
     task: Task | None = None
-    tokens: list[int] = field(default_factory=list)  # what this slot's KV cache holds
+    tokens: list[int] = field(default_factory=list)  # what this slot's KV cells hold
+    shifts: list[tuple[int, int]] = field(default_factory=list)  # Prompt.shifts of its images
     n_prompt_done: int = 0  # prompt tokens in the cache for the current task
     n_cached: int = 0
     sampler: Sampler | None = None
@@ -72,6 +74,7 @@ class Slot:
     thinking: bool = False
     t_start: float = 0.0
     t_prompt: float = 0.0
+    t_image: float = 0.0  # encoding this task's images (not part of t_prompt)
     t_gen: float = 0.0
     last_used: float = 0.0
 
@@ -182,23 +185,26 @@ class Engine:
             return chosen[0] if chosen else None
         if not idle:
             return None
-        best = max(idle, key=lambda s: (common_prefix(s.tokens, task.prompt), -s.last_used))
-        if common_prefix(best.tokens, task.prompt) > 0:
+        cells = task.prompt.tokens
+        best = max(idle, key=lambda s: (common_prefix(s.tokens, cells), -s.last_used))
+        if common_prefix(best.tokens, cells) > 0:
             return best
         return min(idle, key=lambda s: s.last_used)
 
     def _start(self, slot: Slot, task: Task) -> None:
-        keep = common_prefix(slot.tokens, task.prompt) if task.cache_prompt else 0
-        keep = min(keep, len(task.prompt) - 1)  # re-read the last token for fresh logits
+        prompt = task.prompt
+        keep = common_prefix(slot.tokens, prompt.tokens) if task.cache_prompt else 0
+        keep = min(keep, len(prompt) - 1)  # re-read the last token for fresh logits
+        keep = prompt.snap(keep)  # never keep part of an image
         keep = self.ctx.cache.trim(slot.id, keep)  # a recurrent state may go back further
-        slot.tokens = slot.tokens[:keep]
+        slot.tokens, slot.shifts = slot.tokens[:keep], prompt.shifts
         slot.task, slot.n_prompt_done, slot.n_cached = task, keep, keep
         slot.sampler = Sampler(task.params, self.tokenizer)
-        slot.sampler.prime(task.prompt)
+        slot.sampler.prime(prompt.text_tokens)  # image cells are not tokens
         slot.detok = StreamingDetokenizer(self.tokenizer, continuation=True)
         slot.pending, slot.next_token, slot.forced = "", -1, deque()
         slot.n_decoded, slot.n_thinking, slot.thinking = 0, 0, task.starts_in_thinking
-        slot.t_start, slot.t_prompt, slot.t_gen = time.perf_counter(), 0.0, 0.0
+        slot.t_start, slot.t_prompt, slot.t_image, slot.t_gen = time.perf_counter(), 0.0, 0.0, 0.0
         self.metrics.n_prompt_cached += keep
 
     def step(self) -> None:
@@ -207,7 +213,7 @@ class Engine:
             if slot.busy and slot.task.cancelled:
                 self._release(slot)
         batch, parts = self._build_batch()
-        if not parts:
+        if batch is None:
             return
         t0 = time.perf_counter()
         try:
@@ -219,44 +225,49 @@ class Engine:
         dt = time.perf_counter() - t0
         self.metrics.n_decode += 1
         self.metrics.n_busy_slots += len(parts)
-        row = 0
-        for slot, n, has_logits in parts:
-            slot.tokens.extend(int(t) for t in batch.tokens[row:row + n])
-            row += n
+        for slot, cells, has_logits in parts:
+            slot.tokens.extend(cells)
             if slot.next_token >= 0:
                 slot.t_gen += dt
             else:
                 slot.t_prompt += dt
-                slot.n_prompt_done += n
+                slot.n_prompt_done += len(cells)
             if has_logits:
                 self._advance(slot, logits[self._logit_row(parts, slot)])
 
-    def _build_batch(self) -> tuple[Batch, list[tuple[Slot, int, bool]]]:
-        tokens, positions, seqs, want = [], [], [], []
-        parts, budget = [], self.n_batch
-        for slot in self.slots:  # generating slots first: one token each
+    def _build_batch(self) -> tuple[Batch | None, list[tuple[Slot, list[int], bool]]]:
+        """Generating slots first (one token each), then prompt chunks within n_batch rows;
+        parts: (slot, the cells its rows fill, whether its last row returns logits)."""
+        batches, parts, budget = [], [], self.n_batch
+        for slot in self.slots:
             if slot.busy and slot.next_token >= 0 and budget > 0:
-                tokens.append(slot.next_token)
-                positions.append(len(slot.tokens))
-                seqs.append(slot.id)
-                want.append(True)
-                parts.append((slot, 1, True))
+                n = len(slot.tokens)
+                batches.append(text_batch([slot.next_token], n, rope_position(n, slot.shifts),
+                                          slot.id))
+                parts.append((slot, [slot.next_token], True))
                 budget -= 1
-        for slot in self.slots:  # then prompt chunks
+        for slot in self.slots:
             if not slot.busy or slot.next_token >= 0 or budget <= 0:
                 continue
-            prompt = slot.task.prompt
-            chunk = prompt[slot.n_prompt_done: slot.n_prompt_done + budget]
-            last = slot.n_prompt_done + len(chunk) == len(prompt)
-            tokens += chunk
-            positions += range(len(slot.tokens), len(slot.tokens) + len(chunk))
-            seqs += [slot.id] * len(chunk)
-            want += [False] * (len(chunk) - 1) + [last]
-            parts.append((slot, len(chunk), last))
-            budget -= len(chunk)
-        batch = Batch(np.array(tokens, np.int32), np.array(positions, np.int32),
-                      np.array(seqs, np.int32), np.array(want, bool))
-        return batch, parts
+            try:
+                batch, cells, last = self._prompt_chunk(slot, budget)
+            except Exception as e:  # noqa: BLE001 - an image that fails to encode ends its task
+                self._fail(slot, f"failed to encode image: {e}")
+                continue
+            batches.append(batch)
+            parts.append((slot, cells, last))
+            budget -= len(cells)
+        return (concat(batches) if batches else None), parts
+
+    def _prompt_chunk(self, slot: Slot, budget: int) -> tuple[Batch, list[int], bool]:
+        """The slot's next prompt rows (images encoded on first use); a non-causal image is
+        never cut (it may overrun the budget, as it must fit one llama.cpp ubatch)."""
+        prompt, done = slot.task.prompt, slot.n_prompt_done
+        stop = prompt.chunk_end(done, min(len(prompt), done + budget))
+        last = stop == len(prompt)
+        batch = prompt.batch(done, stop, slot.id, last_logits=last)
+        slot.t_image = sum(im.t_encode for im in prompt.images)
+        return batch, prompt.tokens[done:stop], last
 
     @staticmethod
     def _logit_row(parts, slot: Slot) -> int:
@@ -347,7 +358,9 @@ class Engine:
         n_prompt = slot.n_prompt_done - slot.n_cached
         tp, tg = slot.t_prompt * 1000, slot.t_gen * 1000
         n_gen = max(slot.n_decoded - 1, 0)  # the first token came from the prompt's logits
+        # image_ms (llamacpy's own): encoding the request's images; prompt_ms excludes it
         return {"cache_n": slot.n_cached, "prompt_n": n_prompt, "prompt_ms": tp,
+                "image_ms": slot.t_image * 1000,
                 "prompt_per_token_ms": tp / n_prompt if n_prompt else 0.0,
                 "prompt_per_second": n_prompt * 1000 / tp if tp else 0.0,
                 "predicted_n": slot.n_decoded, "predicted_ms": tg,

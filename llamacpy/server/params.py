@@ -6,6 +6,8 @@ A bad field raises RequestError, answered as 400 invalid_request_error.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,7 +145,67 @@ def messages_from(data: dict) -> list[dict]:
                 raise RequestError("each content part must be an object with a 'type'")
             if part["type"] not in ("text", "image_url", "input_audio"):
                 raise RequestError(f"unsupported content part type '{part['type']}'")
-            if part["type"] != "text":
-                raise RequestError("image input is not supported by this server: it was "
-                                   "started without a multimodal projector (--mmproj)")
     return messages
+
+
+NO_IMAGES = ("image input is not supported - hint: if this is unexpected, you may need to "
+             "provide the mmproj")
+NO_AUDIO = ("audio input is not supported - hint: if this is unexpected, you may need to "
+            "provide the mmproj")
+
+
+def load_media(messages: list[dict], allow_image: bool, marker: str) -> tuple[list[dict],
+                                                                               list[bytes]]:
+    """Messages with each image part replaced by a media-marker text part, and the images'
+    bytes in prompt order (server-common.cpp: oaicompat_content_load_media)."""
+    out, files = [], []
+    for m in messages:
+        if isinstance(m.get("content"), list):
+            m = dict(m, content=[media_part(p, allow_image, marker, files) for p in m["content"]])
+        out.append(m)
+    return out, files
+
+
+def media_part(part: dict, allow_image: bool, marker: str, files: list[bytes]) -> dict:
+    if part["type"] == "input_audio":
+        raise RequestError(NO_AUDIO)
+    if part["type"] != "image_url":
+        return part
+    if not allow_image:
+        raise RequestError(NO_IMAGES)
+    image_url = part.get("image_url")
+    url = image_url.get("url") if isinstance(image_url, dict) else image_url
+    if not isinstance(url, str) or not url:
+        raise RequestError("'image_url' must have a non-empty 'url'")
+    files.append(media_bytes(url))
+    return {"type": "media_marker", "text": marker}
+
+
+def media_bytes(url: str) -> bytes:
+    """The file a URL carries: a base64 data URL or raw base64 (handle_media). Remote and local
+    URLs are refused: this server has no network and no --media-path."""
+    if url.startswith("http"):
+        raise RequestError("Failed to download image: llamacpy does not fetch remote URLs; "
+                           "send the image as a base64 data URL")
+    if url.startswith("file://"):
+        raise RequestError("file:// URLs are not allowed unless --media-path is specified")
+    if url.startswith("data:"):
+        parts = url.split(",")
+        if len(parts) != 2:
+            raise RequestError("Invalid uri-encoded base64 value")
+        if not parts[0].startswith(("data:image/", "data:video/", "data:audio/")):
+            raise RequestError(f"Invalid uri format: {parts[0]}")
+        if not parts[0].endswith("base64"):
+            raise RequestError("uri must be base64 encoded")
+        url = parts[1]
+    return base64_decode(url)
+
+
+def base64_decode(text: str) -> bytes:
+    try:
+        data = base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise RequestError("Invalid base64 value") from None
+    if not data:
+        raise RequestError("Invalid base64 value")
+    return data

@@ -15,8 +15,11 @@ from ..format import open_gguf
 from ..models import load_model
 from ..sampling import SamplingParams
 from ..tokenizer import Tokenizer
+from ..engine.prompt import Prompt
+from ..vision import ImageError, load_projector
+from ..vision.mtmd import MtmdContext, media_marker
 from .engine import Engine
-from .params import Completion, RequestError, messages_from
+from .params import NO_IMAGES, Completion, RequestError, base64_decode, load_media, messages_from
 
 
 @dataclass
@@ -41,6 +44,9 @@ class ServerConfig:
     reasoning: str = "auto"  # on / off / auto: enable_thinking in the template
     reasoning_budget: int = -1
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    mmproj: str | None = None  # --mmproj: the vision projector
+    image_min_tokens: int = -1
+    image_max_tokens: int = -1
 
 
 class ServerState:
@@ -53,6 +59,7 @@ class ServerState:
         self.t_start = time.time()
         self.engine: Engine | None = None
         self.thread: threading.Thread | None = None
+        self.mtmd: MtmdContext | None = None
 
     # -- loading ---------------------------------------------------------------------------------
 
@@ -62,6 +69,9 @@ class ServerState:
         self.gguf = open_gguf(cfg.model_path)
         self.tokenizer = Tokenizer.from_gguf(self.gguf)
         self.model = load_model(self.gguf, repack=cfg.repack)
+        if cfg.mmproj:
+            projector = load_projector(cfg.mmproj, cfg.image_min_tokens, cfg.image_max_tokens)
+            self.mtmd = MtmdContext(projector, self.tokenizer, self.model)
         n_ctx = cfg.n_ctx or self.model.args.n_ctx_train
         self.engine = Engine(self.model, self.tokenizer, n_ctx, cfg.n_parallel, cfg.n_batch,
                              cfg.n_ubatch, type_k=cfg.type_k, type_v=cfg.type_v)
@@ -111,9 +121,44 @@ class ServerState:
             return out
         raise RequestError("'prompt' must be a string or a list of tokens and strings")
 
-    def render_chat(self, data: dict) -> tuple[str, dict]:
-        """The prompt for a chat request: the template with server and request kwargs."""
-        messages = messages_from(data)
+    def multimodal_prompt(self, text: str, files: list[bytes]) -> Prompt:
+        """mtmd's tokenization of a prompt with media markers (images decoded and checked now;
+        a bad one is a RequestError)."""
+        if self.mtmd is None:
+            raise RequestError(NO_IMAGES)
+        try:
+            return self.mtmd.tokenize(text, files)
+        except ImageError as e:
+            raise RequestError(f"Failed to load image: {e}") from None
+        except ValueError as e:
+            raise RequestError(str(e)) from None
+
+    def completion_prompt(self, prompt: Any) -> list[int] | Prompt:
+        """/completion's prompt: llama.cpp's shapes plus {"prompt_string", "multimodal_data"}."""
+        if not isinstance(prompt, dict):
+            return self.prompt_tokens(prompt)
+        text = prompt.get("prompt_string")
+        if not isinstance(text, str):
+            raise RequestError("a prompt object needs a string 'prompt_string'")
+        data = prompt.get("multimodal_data")
+        if data is None:
+            return self.prompt_tokens(text)
+        if self.mtmd is None:
+            raise RequestError("Multimodal data provided, but model does not support "
+                               "multimodal requests.")
+        if not isinstance(data, list) or not all(isinstance(d, str) for d in data):
+            raise RequestError("'multimodal_data' must be a list of base64 strings")
+        return self.multimodal_prompt(text, [base64_decode(d) for d in data])
+
+    def chat_prompt(self, text: str, files: list[bytes]) -> list[int] | Prompt:
+        if files:
+            return self.multimodal_prompt(text, files)
+        return self.tokenizer.tokenize(text, add_special=True, parse_special=True)
+
+    def render_chat(self, data: dict) -> tuple[str, dict, list[bytes]]:
+        """The prompt for a chat request: the template with server and request kwargs, image
+        parts replaced by media markers; and the images' bytes."""
+        messages, files = load_media(messages_from(data), self.mtmd is not None, media_marker())
         kwargs = dict(self.cfg.chat_template_kwargs)
         if self.cfg.reasoning in ("on", "off"):
             kwargs["enable_thinking"] = self.cfg.reasoning == "on"
@@ -123,7 +168,7 @@ class ServerState:
         kwargs.update(request_kwargs)
         tools = data.get("tools")
         text = self.template.render(messages, add_generation_prompt=True, tools=tools, **kwargs)
-        return text, kwargs
+        return text, kwargs, files
 
     # -- documents -------------------------------------------------------------------------------
 
@@ -145,7 +190,8 @@ class ServerState:
             "model_alias": self.alias,
             "chat_template": self.template.source if self.ready else "",
             "bos_token": tok.bos_token if tok else "", "eos_token": tok.eos_token if tok else "",
-            "modalities": {"vision": False, "audio": False},
+            "modalities": {"vision": self.mtmd is not None, "audio": False},
+            "media_marker": media_marker(),
             "build_info": "llamacpy", "is_sleeping": False,
             "webui": self.cfg.webui, "api_key_required": bool(self.api_keys),
         }
