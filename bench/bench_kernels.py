@@ -9,6 +9,12 @@ chunks of an output matrix), the decode access pattern: weights come from DRAM o
 outgrows the L3. Gw/s counts weights,
 GB/s the weight bytes read. matmul reports GFLOP/s (2 * tokens * rows * n per call).
 --doc rewrites the "## Kernels" section of that markdown file with the table and the command.
+
+    python bench/bench_kernels.py --ab-repack gemma3-270m [--tokens 1,4] [--repeat 15]
+
+times, interleaved in one process (alternating which goes first), one decode pass over every
+Q5_0 / IQ4_NL matrix of a model's layers with its direct kernel against the same pass over their
+Q8_0 repacks (Linear's repack_q8_0), per tensor name and for all of them in layer order.
 """
 
 from __future__ import annotations
@@ -127,6 +133,51 @@ def run_one(name: str, label: str, group: list[np.ndarray], repeat: int, tokens:
     return res
 
 
+def ab_repack(model: str, tokens: list[int], rounds: int) -> str:
+    """Markdown table: ms per pass (median of `rounds`), direct kernel vs Q8_0 repack."""
+    from llamacpy.format import open_gguf
+    from llamacpy.hub import pull
+    from llamacpy.kernels.dequant import call_kernel
+    from llamacpy.kernels.matmul import MULTI_KERNELS, row_chunks
+    from llamacpy.kernels.matvec import MATVEC_KERNELS
+
+    f = open_gguf(pull(model, quiet=True))
+    mats = [t for t in f.tensors.values() if t.name.startswith("blk.") and len(t.ne) == 2
+            and t.ggml_type.name in ("Q5_0", "IQ4_NL")]
+    groups = {"all, layer order": mats}
+    for t in mats:
+        groups.setdefault("blk.N." + t.name.split(".", 2)[2], []).append(t)
+    packed = {t.name: repack_as_q8_0(t.blocks(), t.ggml_type) for t in mats}
+    lines = ["| tensors | tokens | MB direct | direct ms | Q8_0 repack ms | direct / repack |",
+             "|---|---|---|---|---|---|"]
+    for n_tok in tokens:
+        for label, group in groups.items():
+            calls = {"direct": [], "repack": []}
+            for t in group:
+                rows, n = int(t.ne[1]), int(t.ne[0])
+                X = np.random.default_rng(2).standard_normal((n_tok, n)).astype(np.float32)
+                Y = np.empty((n_tok, rows), np.float32)
+                for kind, w, typ in (("direct", t.blocks(), t.ggml_type),
+                                     ("repack", packed[t.name], GGMLType.Q8_0)):
+                    if n_tok == 1:
+                        calls[kind].append((MATVEC_KERNELS[typ], w, X[0], Y[0]))
+                    else:
+                        calls[kind].append((MULTI_KERNELS[typ], w, X, Y, row_chunks(rows)))
+            times = {"direct": [], "repack": []}
+            for r in range(rounds + 2):
+                for kind in (("direct", "repack") if r % 2 else ("repack", "direct")):
+                    t0 = time.perf_counter()
+                    for c in calls[kind]:
+                        call_kernel(*c)
+                    if r >= 2:  # two warm-up rounds (and JIT)
+                        times[kind].append(time.perf_counter() - t0)
+            a, b = (float(np.median(times[k])) * 1e3 for k in ("direct", "repack"))
+            mb = sum(t.blocks().nbytes for t in group) / 1e6
+            lines.append(f"| {label} ({len(group)}) | {n_tok} | {mb:.1f} | {a:.3f} | {b:.3f} | "
+                         f"{a / b:.2f} |")
+    return "\n".join(lines)
+
+
 def table(results: list[dict], tokens: list[int]) -> str:
     head = ("| type | tensor | rows x n | MB | matvec Gw/s | matvec GB/s | stream GB/s | "
             + " | ".join(f"matmul {k} tok GFLOP/s" for k in tokens) + " |")
@@ -165,9 +216,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokens", default="32,512", help="matmul batch sizes")
     p.add_argument("--synthetic", action="store_true", help="skip the catalogue models")
     p.add_argument("--doc", type=Path, help="markdown file whose '## Kernels' section to rewrite")
+    p.add_argument("--ab-repack", metavar="MODEL", help="direct Q5_0/IQ4_NL vs Q8_0 repack")
     args = p.parse_args(argv)
     set_threads(args.threads)
     tokens = [int(k) for k in args.tokens.split(",") if k]
+    if args.ab_repack:
+        print(ab_repack(args.ab_repack, tokens, args.repeat))
+        return
     results = []
     for name in args.types.upper().split(","):
         results += bench_type(name, args.repeat, tokens, not args.synthetic)

@@ -8,7 +8,7 @@ decode, one token per sequence) read each weight row once for all tokens, in the
 kernels; which path runs is chosen per shape by `SMALL_BATCH`, measured with
 bench/bench_kernels.py.
 
-Small-batch integer kernels (Q8_0 and so the repacked Q5_0 / IQ4_NL layers, Q4_1, Q4_K, Q6_K) use
+Small-batch integer kernels (Q8_0, Q5_0, IQ4_NL, Q4_1, Q4_K, Q6_K) use
 the int16 activations of kernels/matvec.py: every X row is quantized once per call, then each
 weight row is decoded once into an L1-resident int16 row `wq` (block quants in the activations'
 even/odd order, Q6_K's 16-weight scales and -32 offset folded in) with one float scale per
@@ -26,10 +26,11 @@ import numpy as np
 from numba import njit, prange
 
 from ..format.constants import GGMLType
-from .dequant import (FASTMATH, ROW_KERNELS, call_kernel, dq_bf16, dq_f16, dq_iq4_nl, dq_iq4_xs,
-                      dq_q2_k, dq_q3_k, dq_q4_0, dq_q5_0, dq_q5_1, dq_q5_k, ld, ld2,
-                      output_array, row_length, weight_view)
-from .matvec import PREFETCH, _block_sums, _k4_scales_mins, matvec, quantize_i16
+from .dequant import (FASTMATH, ROW_KERNELS, call_kernel, dq_bf16, dq_f16, dq_iq4_xs, dq_q2_k,
+                      dq_q3_k, dq_q4_0, dq_q5_1, dq_q5_k, ld, ld2, output_array, row_length,
+                      weight_view)
+from .matvec import (PREFETCH, _block_sums, _k4_scales_mins, iq4_nl_bytes, matvec, q5_0_bytes,
+                     quantize_i16)
 from .simd import (f16_pair, f32x8_fma, f32x8_half_sums, f32x8_mul, f32x8_splat, f32x8_sum,
                    f32x8_zero, fma_vec, hi_lo, i16_halves, load_f32, load_i16, load_nibble_words,
                    load_w16, madd, prefetch, store_f32, vadd, vand, vmul, vsar, vshl, vshr, vsub)
@@ -98,16 +99,6 @@ def multi_q4_0(w, X, Y, chunks):
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_q5_0(w, X, Y, chunks):
-    rows = w.shape[0]
-    for c in prange(chunks):
-        buf = np.empty((1, X.shape[1]), np.float32)
-        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
-            dq_q5_0(w, r, buf, 0)
-            _float_dots(buf, X, Y, r)
-
-
-@njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
 def multi_q5_1(w, X, Y, chunks):
     rows = w.shape[0]
     for c in prange(chunks):
@@ -148,16 +139,6 @@ def multi_q5_k(w, X, Y, chunks):
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_iq4_nl(w, X, Y, chunks):
-    rows = w.shape[0]
-    for c in prange(chunks):
-        buf = np.empty((1, X.shape[1]), np.float32)
-        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
-            dq_iq4_nl(w, r, buf, 0)
-            _float_dots(buf, X, Y, r)
-
-
-@njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
 def multi_iq4_xs(w, X, Y, chunks):
     rows = w.shape[0]
     for c in prange(chunks):
@@ -169,7 +150,8 @@ def multi_iq4_xs(w, X, Y, chunks):
 
 # --------------------------------------- integer rows: int16 activations, vpmaddwd (see top)
 
-KIND_Q8_0, KIND_Q4_1, KIND_Q4_K, KIND_Q6_K = 0, 1, 2, 3  # constants once the kernels are inlined
+# constants once the kernels are inlined
+KIND_Q8_0, KIND_Q4_1, KIND_Q4_K, KIND_Q6_K, KIND_Q5_0, KIND_IQ4_NL = 0, 1, 2, 3, 4, 5
 
 
 @njit(inline="always")
@@ -227,6 +209,12 @@ def _block_quants(w, r, b, kind):
     if kind == KIND_Q8_0:
         v = load_w16(w, r, 34 * b + 2)
         return vsar(vshl(v, 8), 8), vsar(v, 8)  # sign-extended even and odd bytes
+    if kind == KIND_Q5_0:  # 256 (q - 16): see matvec._q5_0_dot; _block_scales divides by 256
+        v = q5_0_bytes(w, r, 22 * b)
+        return vshl(v, 8), vand(v, -256)
+    if kind == KIND_IQ4_NL:
+        v = iq4_nl_bytes(w, r, 18 * b)  # int8 grid values
+        return vsar(vshl(v, 8), 8), vsar(v, 8)
     if kind == KIND_Q4_1:
         v = load_nibble_words(w, r, 20 * b + 4)  # see matvec._q4_1_dot
         return vand(v, 15), vand(vshr(v, 8), 15)
@@ -252,10 +240,13 @@ def _block_quants(w, r, b, kind):
 def _block_scales(w, r, ws, wm, kind):
     """Row r's float scale per 32-weight block into ws and, for Q4_1 / Q4_K, its min term per
     block into wm (y = sum_b ws_b * (q . x)_b + wm_b * sum(x_b)); prefetches the row stream."""
-    if kind == KIND_Q8_0:
-        for b in range(w.shape[1] // 34):
-            prefetch(w, r, 34 * b + PREFETCH)
-            ws[b] = f16_pair(w, r, 34 * b)[0]  # a 32-bit load: d and the first two quants
+    if kind == KIND_Q8_0 or kind == KIND_Q5_0 or kind == KIND_IQ4_NL:
+        size = 34 if kind == KIND_Q8_0 else (22 if kind == KIND_Q5_0 else 18)
+        for b in range(w.shape[1] // size):
+            prefetch(w, r, size * b + PREFETCH)
+            ws[b] = f16_pair(w, r, size * b)[0]  # a 32-bit load: d and the next two bytes
+            if kind == KIND_Q5_0:
+                ws[b] *= np.float32(1 / 256)
     elif kind == KIND_Q4_1:
         for b in range(w.shape[1] // 20):
             prefetch(w, r, 20 * b + PREFETCH)
@@ -341,6 +332,16 @@ def _int_rows(w, X, Y, chunks, kind):
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
 def multi_q8_0(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_Q8_0)
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def multi_q5_0(w, X, Y, chunks):
+    _int_rows(w, X, Y, chunks, KIND_Q5_0)
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def multi_iq4_nl(w, X, Y, chunks):
+    _int_rows(w, X, Y, chunks, KIND_IQ4_NL)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)

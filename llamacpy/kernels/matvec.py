@@ -4,13 +4,17 @@ W is the uint8 block view [rows, row_bytes] of a GGUF tensor (a uint16 view for 
 y are float32. Results agree with `dequantize(W) @ x` to float32 rounding or, for the integer
 kernels, to the int16 rounding of x; F32 weights go to BLAS sgemv. Parallel over rows (prange).
 
-Integer kernels (Q8_0, which carries the repacked Q5_0 / IQ4_NL layers, Q4_1, Q4_K, Q6_K): x is
+Integer kernels (Q8_0, Q5_0, IQ4_NL, Q4_1, Q4_K, Q6_K): x is
 quantized once per call to int16 per block of 32 with a float scale (`quantize_i16`: steps of
 max|x_block| / 32767, where llama.cpp's CPU kernels round activations to 8 bits), and each
 block's quants are multiplied with it in 16-bit lanes summed in pairs into int32 (vpmaddwd): one
 int-to-float conversion and one FMA per block instead of one per weight. The SIMD values are
 kernels/simd.py's; rows are prefetched PREFETCH bytes ahead, which keeps one thread streaming
-from DRAM at close to its bandwidth.
+from DRAM at close to its bandwidth. Q5_0 and IQ4_NL blocks are decoded in registers to the int8
+values of their exact Q8_0 repack (fifth bits spread with vpshufb / vpcmpeqb, grid values looked
+up with vpshufb) and give bit for bit that repack's results; they cost ~14 vector ops per block
+against Q8_0's ~9, so per thread they run ~1.3x (Q5_0) / ~1.1x (IQ4_NL) slower than the repack
+while reading 35-47% fewer bytes.
 
 Float kernels (the other types) decode weights to float32 and multiply-add them into a 32-lane
 float32 accumulator summed once per row; the constant parts of a block (Q4_1 / K-quant mins, the
@@ -31,7 +35,8 @@ from .dequant import (FASTMATH, IQ4_NL_GRID, bit_as, bits_to_f32, call_kernel, f
 from .simd import (bytes_f32, f16_pair, f16_rows, f32x8_add, f32x8_fma, f32x8_mul, f32x8_sum,
                    f32x8_zero, fma_lane, fma_vec, lane, lane_pairs, load_f32, load_i16, load_i32,
                    load_nibble_words, load_u32, load_w16, madd, prefetch, sbytes_f32, vadd, vand,
-                   vshl, vshr, vsub, vxor)
+                   vor, vsar, vshl, vshr, vsub, vxor, bit_bytes, load_nibbles,
+                   shuffle_bytes)
 
 PREFETCH = 4096  # bytes ahead of the current position in the row stream (about 1 us at DRAM speed)
 QMAX = np.float32(32767)  # int16 activations: x / scale in [-32767, 32767]
@@ -112,26 +117,6 @@ def matvec_q4_0(w, x, y):
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
-def matvec_q5_0(w, x, y):
-    rows, nb = w.shape[0], w.shape[1] // 22
-    xs = _block_sums(x, 32)
-    for r in prange(rows):
-        acc = np.zeros(32, np.float32)
-        corr = np.float32(0)  # the -16 offset
-        for b in range(nb):
-            o, xo = 22 * b, 32 * b
-            d = f16_at(w, r, o)
-            corr += d * ld(xs, b)
-            for j in range(16):
-                v = ld2(w, r, o + 6 + j)
-                q0 = lo4(v) + q5_hi(w, r, o + 2, j)
-                q1 = hi4(v) + q5_hi(w, r, o + 2, j + 16)
-                acc[j] += d * q0 * ld(x, xo + j)
-                acc[16 + j] += d * q1 * ld(x, xo + 16 + j)
-        y[r] = _sum32(acc) - np.float32(16) * corr
-
-
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
 def matvec_q5_1(w, x, y):
     rows, nb = w.shape[0], w.shape[1] // 24
     xs = _block_sums(x, 32)
@@ -149,22 +134,6 @@ def matvec_q5_1(w, x, y):
                 acc[j] += d * q0 * ld(x, xo + j)
                 acc[16 + j] += d * q1 * ld(x, xo + 16 + j)
         y[r] = _sum32(acc) + corr
-
-
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
-def matvec_iq4_nl(w, x, y):
-    rows, nb = w.shape[0], w.shape[1] // 18
-    grid = IQ4_NL_GRID
-    for r in prange(rows):
-        acc = np.zeros(32, np.float32)
-        for b in range(nb):
-            o, xo = 18 * b, 32 * b
-            d = f16_at(w, r, o)
-            for j in range(16):
-                v = ld2(w, r, o + 2 + j)
-                acc[j] += d * ld(grid, v & 15) * ld(x, xo + j)
-                acc[16 + j] += d * ld(grid, v >> 4) * ld(x, xo + 16 + j)
-        y[r] = _sum32(acc)
 
 
 # ------------------------------------------------------------------ 256-weight k-quant blocks
@@ -319,15 +288,15 @@ def quantize_i16_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(inline="always")
-def _q8_0_corrections(xq):
-    """int32 [8 per block]: lane k holds 128 times the four activations `_q8_0_dot` pairs in lane
-    k, the term that biasing the weights by +128 adds."""
+def _bias_corrections(xq, bias):
+    """int32 [8 per block]: lane k holds `bias` times the four activations a block dot pairs in
+    lane k (`_q8_0_dot`, `_q5_0_dot`), the term that biasing the weights by +bias adds."""
     xc = np.empty(xq.shape[0] // 4, np.int32)
     for b in range(xq.shape[0] // 32):
         for k in range(8):
             e, o = 32 * b + 2 * k, 32 * b + 16 + 2 * k
-            xc[8 * b + k] = 128 * (np.int32(ld(xq, e)) + np.int32(ld(xq, e + 1))
-                                   + np.int32(ld(xq, o)) + np.int32(ld(xq, o + 1)))
+            xc[8 * b + k] = bias * (np.int32(ld(xq, e)) + np.int32(ld(xq, e + 1))
+                                    + np.int32(ld(xq, o)) + np.int32(ld(xq, o + 1)))
     return xc
 
 
@@ -342,26 +311,80 @@ def _q8_0_dot(w, r, o, xq, xc, b):
     return vsub(vadd(even, odd), load_i32(xc, 8 * b))
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
-def matvec_q8_0(w, x, y):
-    # four rows per pass share the activation loads and convert their four scales at once
-    rows, nb = w.shape[0], w.shape[1] // 34
+@njit(inline="always")
+def q5_0_bytes(w, r, o):
+    """I16x16 whose byte p is quant p - 16 (int8) of the Q5_0 block at byte o: the nibbles of qs
+    (o + 6), with 0xF0 (-16) or'ed in where the fifth bit (qh at o + 2) is clear."""
+    return vor(load_nibbles(w, r, o + 6), bit_bytes(w, r, o + 2, 0, 0xF0))
+
+
+@njit(inline="always")
+def _q5_0_dot(w, r, o, xq, xc, b):
+    """256 times what `_q8_0_dot` gives for a Q5_0 block: the signed bytes at the top of each
+    word (shifted up, or masked) need no sign extension, and 256 * |q - 16| <= 4096 keeps the
+    four products of a lane far from int32 overflow, exact in float32 (the scale is / 256)."""
+    v = q5_0_bytes(w, r, o)
+    even = madd(vshl(v, 8), load_i16(xq, 32 * b))
+    return vadd(even, madd(vand(v, -256), load_i16(xq, 32 * b + 16)))
+
+
+IQ4_NL_I8 = IQ4_NL_GRID.astype(np.int8)
+
+
+@njit(inline="always")
+def iq4_nl_bytes(w, r, o):
+    """I16x16 whose byte p is IQ4_NL quant p of the block at byte o as int8 (the grid value):
+    the nibbles looked up with one vpshufb."""
+    return shuffle_bytes(IQ4_NL_I8, load_nibbles(w, r, o + 2))
+
+
+@njit(inline="always")
+def _iq4_nl_dot(w, r, o, xq, xc, b):
+    """As `_q8_0_dot` for an IQ4_NL block (grid values sign-extended from the bytes)."""
+    v = iq4_nl_bytes(w, r, o)
+    even = madd(vsar(vshl(v, 8), 8), load_i16(xq, 32 * b))
+    return vadd(even, madd(vsar(v, 8), load_i16(xq, 32 * b + 16)))
+
+
+KIND_Q8_0, KIND_Q5_0, KIND_IQ4_NL = 0, 1, 2  # constants once the kernels are inlined
+BLOCK_BYTES = (34, 22, 18)
+
+
+@njit(inline="always")
+def _block_dot(w, r, o, xq, xc, b, kind):
+    if kind == KIND_Q8_0:
+        return _q8_0_dot(w, r, o, xq, xc, b)
+    if kind == KIND_Q5_0:
+        return _q5_0_dot(w, r, o, xq, xc, b)
+    return _iq4_nl_dot(w, r, o, xq, xc, b)
+
+
+@njit(inline="always")
+def _scaled_rows(w, x, y, kind):
+    """y = W x for the types with one fp16 scale at the start of each 32-weight block (Q8_0,
+    Q5_0, IQ4_NL): four rows per pass share the activation loads and convert their four scales
+    at once. A row's lanes get the same integers for the same weights whatever the block type,
+    so a Q5_0 / IQ4_NL matrix gives bit for bit the result of its Q8_0 repack."""
+    size = BLOCK_BYTES[kind]
+    rows, nb = w.shape[0], w.shape[1] // size
     xq, xd = quantize_i16(x)
-    xc = _q8_0_corrections(xq)
+    xc = _bias_corrections(xq, 128) if kind == KIND_Q8_0 else np.empty(0, np.int32)
+    if kind == KIND_Q5_0:
+        xd = xd * np.float32(1 / 256)  # _q5_0_dot's factor (exact: a power of two)
     last = rows - 1
     for g in prange((rows + 3) // 4):
         r0 = 4 * g
         r1, r2, r3 = min(r0 + 1, last), min(r0 + 2, last), min(r0 + 3, last)
         a0, a1, a2, a3 = f32x8_zero(), f32x8_zero(), f32x8_zero(), f32x8_zero()
         for b in range(nb):
-            o = 34 * b
-            prefetch(w, r0, PREFETCH + 136 * b)  # the four rows are one contiguous stream
-            prefetch(w, r0, PREFETCH + 136 * b + 64)
+            o = size * b
+            prefetch(w, r0, PREFETCH + 4 * o)  # the four rows are one contiguous stream
+            prefetch(w, r0, PREFETCH + 4 * o + 64)
             d = f32x8_mul(f16_rows(w, r0, r1, r2, r3, o), ld(xd, b))
-            a0 = fma_lane(_q8_0_dot(w, r0, o, xq, xc, b), d, 0, a0)
-            a1 = fma_lane(_q8_0_dot(w, r1, o, xq, xc, b), d, 1, a1)
-            a2 = fma_lane(_q8_0_dot(w, r2, o, xq, xc, b), d, 2, a2)
-            a3 = fma_lane(_q8_0_dot(w, r3, o, xq, xc, b), d, 3, a3)
+            a0 = fma_lane(_block_dot(w, r0, o, xq, xc, b, kind), d, 0, a0)
+            a1 = fma_lane(_block_dot(w, r1, o, xq, xc, b, kind), d, 1, a1)
+            a2 = fma_lane(_block_dot(w, r2, o, xq, xc, b, kind), d, 2, a2)
+            a3 = fma_lane(_block_dot(w, r3, o, xq, xc, b, kind), d, 3, a3)
         y[r0] = f32x8_sum(a0)
         if r1 > r0:
             y[r1] = f32x8_sum(a1)
@@ -369,6 +392,21 @@ def matvec_q8_0(w, x, y):
             y[r2] = f32x8_sum(a2)
         if r3 > r2:
             y[r3] = f32x8_sum(a3)
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def matvec_q8_0(w, x, y):
+    _scaled_rows(w, x, y, KIND_Q8_0)
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def matvec_q5_0(w, x, y):
+    _scaled_rows(w, x, y, KIND_Q5_0)
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def matvec_iq4_nl(w, x, y):
+    _scaled_rows(w, x, y, KIND_IQ4_NL)
 
 
 @njit(inline="always")

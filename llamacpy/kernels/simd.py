@@ -152,6 +152,81 @@ def load_nibble_words(typingctx, w, r, o):
 
 
 @intrinsic
+def load_nibbles(typingctx, w, r, o):
+    """I16x16 whose byte p is nibble p of the 16 bytes w[r, o:o + 16]: the low nibbles of bytes
+    0-15, then their high nibbles (the quant order of Q4_0 / Q4_1 / Q5_0 / IQ4_NL blocks).
+    One 128-bit broadcast, one variable dword shift (the high half by 4), one mask."""
+    if not _is_array(w, 2, *UINT8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_ptr(context, builder, sig.args[0], args[0], args[1:], sig.args[1:])
+        v16 = _load(builder, ptr, ir.VectorType(I8, 16))
+        both = builder.shuffle_vector(v16, v16, ir.Constant(ir.VectorType(I32, 32),
+                                                            list(range(16)) * 2))
+        v8 = ir.VectorType(I32, 8)
+        shifted = builder.lshr(builder.bitcast(both, v8), ir.Constant(v8, [0] * 4 + [4] * 4))
+        masked = builder.and_(builder.bitcast(shifted, ir.VectorType(I8, 32)),
+                              ir.Constant(ir.VectorType(I8, 32), [15] * 32))
+        return builder.bitcast(masked, _vt(I16x16))
+
+    return I16x16(w, r, o), codegen
+
+
+@intrinsic
+def bit_bytes(typingctx, w, r, o, if_set, if_clear):
+    """I16x16 whose byte p (little-endian in the words) is `if_set` where bit p of the uint32 at
+    bytes w[r, o:o + 4] is set, else `if_clear`: Q5_0's fifth bits spread over the quant bytes of
+    `load_nibbles` (broadcast, vpshufb, vpand, vpcmpeqb, vpand; bytes_from_bits_32 in ggml)."""
+    if not (_is_array(w, 2, *UINT8) and isinstance(if_set, types.Integer)
+            and isinstance(if_clear, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_ptr(context, builder, sig.args[0], args[0], args[1:3], sig.args[1:3])
+        v32 = ir.VectorType(I8, 32)
+        four = _load(builder, ptr, ir.VectorType(I8, 4))
+        spread = builder.shuffle_vector(four, ir.Constant(four.type, ir.Undefined),
+                                        ir.Constant(ir.VectorType(I32, 32),
+                                                    [p // 8 for p in range(32)]))
+        masks = ir.Constant(v32, [1 << (p % 8) for p in range(32)])
+        hit = builder.icmp_unsigned("==", builder.and_(spread, masks), masks)
+        fill = [_splat(builder, builder.trunc(context.cast(builder, v, t, types.int32), I8), v32)
+                for v, t in zip(args[3:], sig.args[3:])]
+        return builder.bitcast(builder.select(hit, *fill), _vt(I16x16))
+
+    return I16x16(w, r, o, if_set, if_clear), codegen
+
+
+@intrinsic
+def shuffle_bytes(typingctx, table, v):
+    """I16x16 whose byte p is table[v's byte p] for v's bytes in 0..15 (x86 vpshufb with the
+    16-byte table in both halves): a 16-entry lookup, e.g. IQ4_NL's grid as int8."""
+    if not (_is_array(table, 1, types.int8, types.uint8) and v == I16x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v32 = ir.VectorType(I8, 32)
+        ptr = _item_ptr(context, builder, sig.args[0], args[0], [context.get_constant(types.intp, 0)],
+                        [types.intp])
+        t16 = _load(builder, ptr, ir.VectorType(I8, 16))
+        idx = builder.bitcast(args[1], v32)
+        if HAS_AVX2:
+            tab = builder.shuffle_vector(t16, t16, ir.Constant(ir.VectorType(I32, 32),
+                                                               list(range(16)) * 2))
+            fnty = ir.FunctionType(v32, [v32, v32])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.avx2.pshuf.b")
+            return builder.bitcast(builder.call(fn, [tab, idx]), _vt(I16x16))
+        out = ir.Constant(v32, [0] * 32)
+        for p in range(32):
+            k = builder.and_(builder.extract_element(idx, ir.Constant(I32, p)), ir.Constant(I8, 15))
+            out = builder.insert_element(out, builder.extract_element(t16, k), ir.Constant(I32, p))
+        return builder.bitcast(out, _vt(I16x16))
+
+    return I16x16(table, v), codegen
+
+
+@intrinsic
 def load_row8(typingctx, a, r, i):
     """a[r, i:i + 8] of a 2-D float32 array, or of a uint16 array of fp16 bits (converted)."""
     if not _is_array(a, 2, types.float32, types.uint16):
@@ -338,6 +413,7 @@ def _int_binop(op: str, doc: str):
 
 
 vand = _int_binop("and_", "a & b lane-wise")
+vor = _int_binop("or_", "a | b lane-wise")
 vxor = _int_binop("xor", "a ^ b lane-wise")
 vshr = _int_binop("lshr", "a >> b lane-wise, logical (zeros shifted in)")
 vshl = _int_binop("shl", "a << b lane-wise")

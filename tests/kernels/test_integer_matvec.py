@@ -1,4 +1,4 @@
-"""The int16-activation matvec kernels (Q8_0, Q4_1, Q4_K, Q6_K) and the SIMD values under them.
+"""The int16-activation matvec kernels (Q8_0, Q5_0, IQ4_NL, Q4_1, Q4_K, Q6_K) and their SIMD values.
 
 Beyond test_matvec.py's bound against the float64 product, these kernels must be exact in the
 integer part: for activations that int16 blocks represent exactly, y agrees with
@@ -14,14 +14,16 @@ import pytest
 from numba import njit
 
 from llamacpy.format.constants import GGMLType
-from llamacpy.kernels import matvec, simd
+from llamacpy.kernels import matmul, matvec, simd
+from llamacpy.kernels.dequant import repack_as_q8_0
 from llamacpy.kernels.matvec import quantize_i16_reference
 
-from .test_matvec import reference, synth_blocks
+from .test_matvec import real_matrices, reference, synth_blocks
 
 mv = importlib.import_module("llamacpy.kernels.matvec")  # the module, not the re-exported function
 
-INTEGER_TYPES = ["Q8_0", "Q4_1", "Q4_K", "Q6_K"]
+INTEGER_TYPES = ["Q8_0", "Q5_0", "IQ4_NL", "Q4_1", "Q4_K", "Q6_K"]
+REPACKABLE = ["Q5_0", "IQ4_NL"]
 
 
 @njit(cache=False)
@@ -94,6 +96,33 @@ def test_nan_activation_gives_nan(name):
     assert np.isnan(matvec(w, GGMLType[name], x)).all()
 
 
+@pytest.mark.parametrize("name", REPACKABLE)
+@pytest.mark.parametrize("n_tokens", [1, 2, 3, 4, 5, 8])
+def test_direct_kernels_match_the_q8_0_repack_bit_for_bit(name, n_tokens):
+    """Q5_0 / IQ4_NL read in place give exactly the floats of their Q8_0 repack (the same
+    integers per lane, the same scales): turning repacking off changes no result."""
+    w = synth_blocks(name, 37, 512, seed=n_tokens)
+    packed = repack_as_q8_0(w, GGMLType[name])
+    X = activations(512 * n_tokens, n_tokens).reshape(n_tokens, 512)
+    assert np.array_equal(matmul(w, GGMLType[name], X), matmul(packed, GGMLType.Q8_0, X))
+
+
+@pytest.mark.slow
+def test_direct_kernels_match_the_repack_on_real_tensors(real_models):
+    seen = set()
+    for label, t, rows in real_matrices(real_models, max_rows=256):
+        if t.ggml_type.name not in REPACKABLE:
+            continue
+        seen.add(t.ggml_type.name)
+        w = t.blocks()[rows]
+        packed = repack_as_q8_0(w, t.ggml_type)
+        for n_tok in (1, 4):
+            X = activations(t.ne[0] * n_tok, n_tok).reshape(n_tok, -1)
+            assert np.array_equal(matmul(w, t.ggml_type, X), matmul(packed, GGMLType.Q8_0, X)), \
+                label
+    assert "Q5_0" in seen
+
+
 # -------------------------------------------------------------------------- the SIMD values
 
 
@@ -150,3 +179,29 @@ def test_field_loads():
     assert np.array_equal(out[10:18], b.view(np.int8).astype(np.float32))
     assert out[18:26].tolist() == [1.5, 3.0, 3.0, 1.5, 0, 0, 0, 0]
     assert out[26:34].tolist() == [b[4]] * 4 + [b[5]] * 4
+
+
+@njit(cache=False)
+def _bytes(w, table, out):
+    simd.store_i16(out, 0, simd.load_nibbles(w, 0, 0))
+    simd.store_i16(out, 16, simd.bit_bytes(w, 0, 16, 0x10, 0xF0))
+    simd.store_i16(out, 32, simd.shuffle_bytes(table, simd.load_nibbles(w, 0, 0)))
+
+
+@pytest.mark.parametrize("avx2", [True, False])
+def test_nibble_bit_and_table_bytes(monkeypatch, avx2):
+    """load_nibbles, bit_bytes and shuffle_bytes (vpshufb and its portable fallback) against
+    numpy: byte p of each result belongs to quant p of a 32-weight block."""
+    monkeypatch.setattr(simd, "HAS_AVX2", avx2 and simd.HAS_AVX2)
+    fn = njit(cache=False)(_bytes.py_func)
+    rng = np.random.default_rng(5)
+    w = rng.integers(0, 256, (1, 20), dtype=np.uint8)
+    table = rng.integers(-128, 128, 16).astype(np.int8)
+    out = np.empty(48, np.int16)
+    fn(w, table, out)
+    got = out.view(np.uint8).reshape(3, 32)
+    nibbles = np.concatenate([w[0, :16] & 15, w[0, :16] >> 4])
+    bits = (int.from_bytes(w[0, 16:20].tobytes(), "little") >> np.arange(32)) & 1
+    assert np.array_equal(got[0], nibbles)
+    assert np.array_equal(got[1], np.where(bits == 1, 0x10, 0xF0))
+    assert np.array_equal(got[2], table.view(np.uint8)[nibbles])
