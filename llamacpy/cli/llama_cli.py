@@ -2,6 +2,9 @@
 
 Conversation mode is on when the model has a chat template (as llama.cpp decides with
 conversation "auto"); -st answers one turn and exits. Timings in llama.cpp's format at the end.
+With --mmproj and --image, one question about the images (llama-mtmd-cli's single turn): the
+prompt becomes a user message with a media marker in front for each image that it does not
+place itself.
 """
 
 from __future__ import annotations
@@ -10,11 +13,13 @@ import sys
 import time
 from dataclasses import dataclass
 
+from ..chat import ChatTemplate, template_source
 from ..engine.generate import GenerationStats, generate
+from ..engine.prompt import Prompt
 from ..hub import default_chat_template, resolve_model
 from ..llama import Llama
 from ..sampling import Sampler, SamplingParams
-from .args import build_parser, check_cpu_only, drop_unsupported
+from .args import build_parser, check_cpu_only, csv_values, drop_unsupported
 
 TOOL = "llama-cli"
 
@@ -26,10 +31,13 @@ class Totals:
     t_prompt: float = 0.0
     n_gen: int = 0
     t_gen: float = 0.0
+    n_images: int = 0
+    t_image: float = 0.0
 
     def add(self, s: GenerationStats) -> None:
         self.n_prompt += s.n_prompt - s.n_cached
         self.t_prompt += s.t_prompt
+        self.t_image += s.t_image
         self.n_gen += s.n_generated
         self.t_gen += s.t_generate
 
@@ -44,7 +52,7 @@ def sampling_params(args) -> SamplingParams:
                           seed=args.seed if args.seed >= 0 else 0xFFFFFFFF)
 
 
-def run_turn(llm: Llama, args, prompt_tokens: list[int], totals: Totals) -> str:
+def run_turn(llm: Llama, args, prompt_tokens: list[int] | Prompt, totals: Totals) -> str:
     """Generate one answer, streaming it to stdout; returns its text."""
     n_room = llm.n_ctx() - len(prompt_tokens)
     if n_room <= 0:
@@ -52,7 +60,7 @@ def run_turn(llm: Llama, args, prompt_tokens: list[int], totals: Totals) -> str:
                          f"holds {llm.n_ctx()}")
     max_tokens = n_room if args.n_predict < 0 else min(args.n_predict, n_room)
     sampler = Sampler(sampling_params(args), llm.tokenizer())
-    sampler.prime(prompt_tokens)
+    sampler.prime(prompt_tokens.text_tokens if isinstance(prompt_tokens, Prompt) else prompt_tokens)
     stats = GenerationStats()
     stops = [args.reverse_prompt] if args.reverse_prompt else []
     for step in generate(llm._seq, llm.tokenizer(), sampler, prompt_tokens, max_tokens, stops,
@@ -63,8 +71,21 @@ def run_turn(llm: Llama, args, prompt_tokens: list[int], totals: Totals) -> str:
     return stats.text
 
 
+def chat_template(llm: Llama, args) -> ChatTemplate:
+    """--chat-template (a builtin name or the text) or --chat-template-file, else the model's."""
+    source = args.chat_template
+    if args.chat_template_file:
+        with open(args.chat_template_file, encoding="utf-8") as fh:
+            source = fh.read()
+    if not source:
+        return llm.chat_template()
+    tok = llm.tokenizer()
+    return ChatTemplate(template_source(source), tok.bos_token, tok.eos_token,
+                        add_bos=tok.add_bos, add_eos=tok.add_eos)
+
+
 def conversation(llm: Llama, args, totals: Totals) -> None:
-    template = llm.chat_template()
+    template = chat_template(llm, args)
     messages = [{"role": "system", "content": args.system_prompt}] if args.system_prompt else []
     first = args.prompt
     while True:
@@ -95,15 +116,64 @@ def print_timings(t: Totals) -> None:
     tg_ms, tg_tps = rate(t.n_gen, t.t_gen)
     err = sys.stderr
     print(f"\nllama_perf_context_print:        load time = {t.t_load * 1000:10.2f} ms", file=err)
+    if t.n_images:
+        print(f"llama_perf_context_print: image encode time = {t.t_image * 1000:10.2f} ms / "
+              f"{t.n_images:5d} images", file=err)
     print(f"llama_perf_context_print: prompt eval time = {t.t_prompt * 1000:10.2f} ms / "
           f"{t.n_prompt:5d} tokens ({pp_ms:8.2f} ms per token, {pp_tps:8.2f} tokens per second)",
           file=err)
     print(f"llama_perf_context_print:        eval time = {t.t_gen * 1000:10.2f} ms / "
           f"{t.n_gen:5d} runs   ({tg_ms:8.2f} ms per token, {tg_tps:8.2f} tokens per second)",
           file=err)
-    total = t.t_load + t.t_prompt + t.t_gen
+    total = t.t_load + t.t_image + t.t_prompt + t.t_gen
     print(f"llama_perf_context_print:       total time = {total * 1000:10.2f} ms / "
           f"{t.n_prompt + t.n_gen:5d} tokens", file=err)
+
+
+def with_images(llm: Llama, args, totals: Totals) -> int:
+    """One question about --image files (llama-mtmd-cli's single turn), then the timings."""
+    from ..vision import ImageError, load_projector
+    from ..vision.mtmd import MtmdContext
+
+    images = csv_values(args.image)
+    if not args.mmproj:
+        print(f"{TOOL}: error: --image needs a multimodal projector (--mmproj FILE)",
+              file=sys.stderr)
+        return 1
+    if not images or args.prompt is None:
+        print(f"{TOOL}: error: with --mmproj, pass --image FILE and -p PROMPT (interactive "
+              f"image chat is not supported yet)", file=sys.stderr)
+        return 1
+    try:
+        t0 = time.perf_counter()
+        projector = load_projector(args.mmproj, args.image_min_tokens, args.image_max_tokens)
+        mtmd = MtmdContext(projector, llm.tokenizer(), llm._model)
+        totals.t_load += time.perf_counter() - t0
+        prompt = mtmd.tokenize(image_prompt(llm, args, mtmd.marker, len(images)),
+                               [read_file(path) for path in images])
+    except (OSError, ValueError) as e:  # ImageError is a ValueError
+        kind = "image" if isinstance(e, (ImageError, OSError)) else "projector"
+        print(f"{TOOL}: error: cannot load {kind}: {e}", file=sys.stderr)
+        return 1
+    totals.n_images = len(images)
+    run_turn(llm, args, prompt, totals)
+    print()
+    print_timings(totals)
+    return 0
+
+
+def image_prompt(llm: Llama, args, marker: str, n_images: int) -> str:
+    """The chat prompt: a user message with the images' markers (before the text, as
+    llama-mtmd-cli puts them when the prompt has none) and -sys as the system message."""
+    text = args.prompt if marker in args.prompt else marker * n_images + args.prompt
+    messages = [{"role": "system", "content": args.system_prompt}] if args.system_prompt else []
+    messages.append({"role": "user", "content": text})
+    return chat_template(llm, args).render(messages, add_generation_prompt=True)
+
+
+def read_file(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     llm = Llama(str(resolve_model(args.model)), n_ctx=args.ctx_size, n_batch=args.batch_size,
                 n_ubatch=args.ubatch_size, n_threads=threads, verbose=False)
     totals.t_load = time.perf_counter() - t0
+    if args.image or args.mmproj:
+        return with_images(llm, args, totals)
     use_chat = args.conversation
     if use_chat is None:  # llama.cpp's "auto": chat when the model carries a template
         use_chat = bool(llm._file.get("tokenizer.chat_template")
