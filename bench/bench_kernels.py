@@ -30,7 +30,8 @@ import numpy as np
 
 from llamacpy.format.constants import GGML_QUANT_SIZES, GGMLType
 from llamacpy.kernels import matmul, matvec, set_threads
-from llamacpy.kernels.dequant import repack_as_q8_0, row_length
+from llamacpy.kernels.dequant import row_length
+from llamacpy.kernels.repack import repack_as_q8_0
 
 ALL_TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K",
              "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"]

@@ -27,7 +27,6 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import load_item, store_item
 
 from ..format.constants import GGML_QUANT_SIZES, GGMLType
-from ..quants.legacy import high_bits, low_high_nibbles
 
 FASTMATH = {"contract"}  # lets LLVM fuse multiply-adds (FMA); no reassociation
 
@@ -536,30 +535,6 @@ def dequantize_rows(w_blocks: np.ndarray, ggml_type: int, ids: np.ndarray,
     out = output_array(out, (ids.size, n))
     call_kernel(kernel, weight_view(w_blocks, ggml_type), ids, out)
     return out
-
-
-def repack_as_q8_0(w_blocks: np.ndarray, ggml_type: int) -> np.ndarray:
-    """Q5_0 or IQ4_NL rows rewritten exactly as Q8_0 rows (same fp16 scale, int8 quants); a copy.
-
-    Q5_0's q - 16 and IQ4_NL's grid values both fit int8, so `dequantize` gives identical floats.
-    """
-    ggml_type = GGMLType(ggml_type)
-    if ggml_type not in (GGMLType.Q5_0, GGMLType.IQ4_NL):
-        raise ValueError(f"cannot repack {ggml_type.name} as Q8_0")
-    size = GGML_QUANT_SIZES[ggml_type][1]
-    blocks = w_blocks.reshape(-1, size)
-    out = np.empty((blocks.shape[0], 34), np.uint8)
-    grid = IQ4_NL_GRID.astype(np.int8)
-    for b0 in range(0, blocks.shape[0], 1 << 20):  # bounded temporaries for big embeddings
-        part = blocks[b0 : b0 + (1 << 20)]
-        if ggml_type == GGMLType.Q5_0:
-            q = low_high_nibbles(part[:, 6:22]) | (high_bits(part[:, 2:6], 32) << 4)
-            q = q.astype(np.int8) - np.int8(16)
-        else:
-            q = grid[low_high_nibbles(part[:, 2:18])]
-        out[b0 : b0 + part.shape[0], :2] = part[:, :2]
-        out[b0 : b0 + part.shape[0], 2:] = q.view(np.uint8)
-    return out.reshape(w_blocks.shape[0], -1)
 
 
 def row_length(row_bytes: int, ggml_type: int) -> int:

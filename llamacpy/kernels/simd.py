@@ -272,6 +272,20 @@ def store_i16(typingctx, a, i, v):
 
 
 @intrinsic
+def store_w16(typingctx, w, r, o, v):
+    """w[r, o:o + 32] = the 32 bytes of v (16 little-endian words), for a 2-D uint8 array."""
+    if not (_is_array(w, 2, *UINT8) and v == I16x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _store(builder, args[3], _item_ptr(context, builder, sig.args[0], args[0], args[1:3],
+                                           sig.args[1:3]))
+        return context.get_dummy_value()
+
+    return types.none(w, r, o, v), codegen
+
+
+@intrinsic
 def store_row8(typingctx, a, r, i, v):
     """a[r, i:i + 8] = v for a 2-D float32 array."""
     if not (_is_array(a, 2, types.float32) and v == F32x8):

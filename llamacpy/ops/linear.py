@@ -6,11 +6,10 @@ import numpy as np
 
 from ..format.constants import GGMLType
 from ..format.reader import GGUFTensor
-from ..kernels.dequant import call_kernel, dequantize_rows, repack_as_q8_0, weight_view
+from ..kernels.dequant import call_kernel, dequantize_rows, weight_view
 from ..kernels.matmul import matmul
 from ..kernels.matvec import MATVEC_KERNELS, matvec
-
-REPACKABLE = (GGMLType.Q5_0, GGMLType.IQ4_NL)  # exactly representable as Q8_0 blocks
+from ..kernels.repack import REPACKABLE, repack_as_q8_0
 
 
 class Linear:

@@ -15,7 +15,7 @@ from numba import njit
 
 from llamacpy.format.constants import GGMLType
 from llamacpy.kernels import matmul, matvec, simd
-from llamacpy.kernels.dequant import repack_as_q8_0
+from llamacpy.kernels.repack import repack_as_q8_0
 from llamacpy.kernels.matvec import quantize_i16_reference
 
 from .test_matvec import real_matrices, reference, synth_blocks

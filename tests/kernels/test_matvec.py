@@ -12,7 +12,7 @@ import pytest
 
 from llamacpy.format.constants import GGML_QUANT_SIZES, GGMLType
 from llamacpy.kernels import dequantize_rows, get_threads, matvec, set_threads
-from llamacpy.kernels.dequant import repack_as_q8_0
+from llamacpy.kernels.repack import repack_as_q8_0, repack_as_q8_0_reference
 from llamacpy.ops import Linear, get_rows
 from llamacpy.quants import dequantize
 
@@ -104,7 +104,23 @@ def test_matvec_rejects_wrong_length():
 def test_repack_as_q8_0_is_exact(name):
     w = synth_blocks(name, 9, 256, seed=3)
     repacked = repack_as_q8_0(w, GGMLType[name])
+    assert np.array_equal(repacked, repack_as_q8_0_reference(w, GGMLType[name]))
     assert np.array_equal(reference(w, name, 256), reference(repacked, "Q8_0", 256))
+    assert np.array_equal(repack_as_q8_0(w[:, :0], GGMLType[name]), np.empty((9, 0), np.uint8))
+    with pytest.raises(ValueError, match="cannot repack"):
+        repack_as_q8_0(w, GGMLType.Q4_0)
+
+
+@pytest.mark.slow
+def test_repack_as_q8_0_matches_numpy_twin_on_real_tensors(real_models):
+    """The numba repack is byte-identical to the numpy one on every Q5_0 matrix of Qwen2.5-Coder
+    (its token embedding too, in row slices)."""
+    f = real_models["qwen2.5-coder-0.5b"]
+    for t in f.tensors.values():
+        if t.ggml_type == GGMLType.Q5_0 and len(t.ne) == 2:
+            w = t.blocks()[:4096]
+            assert np.array_equal(repack_as_q8_0(w, t.ggml_type),
+                                  repack_as_q8_0_reference(w, t.ggml_type)), t.name
 
 
 def real_matrices(real_models, max_rows: int = 1024):
