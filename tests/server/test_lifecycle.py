@@ -55,11 +55,11 @@ def test_hf_flag_points_to_pull(tmp_path):
 
 
 def test_unsupported_flag_says_so(model_paths, tmp_path):
-    server = start_server(["-m", str(model_paths["gemma3-270m"]), "-c", "512", "--mmproj",
+    server = start_server(["-m", str(model_paths["gemma3-270m"]), "-c", "512", "--lora",
                            "x.gguf", "-ngl", "99"], str(tmp_path / "log"))
     try:
         log = server.log()
-        assert "--mmproj is not supported by llamacpy yet" in log
+        assert "--lora is not supported by llamacpy yet" in log
         assert "no GPU available" in log
     finally:
         assert stop_server(server) == 0
