@@ -63,6 +63,21 @@ def _extract(sdist: Path, dest: Path) -> None:
                     shutil.copyfileobj(src, out)
 
 
+def template_path(name: str) -> Path:
+    """llama.cpp's copy of a model's chat template (models/templates/NAME.jinja), extracted from
+    the sdist into the model cache on first use."""
+    target = cache_dir() / f"llamacpy-templates-{VERSION}" / f"{name}.jinja"
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            with tarfile.open(_sdist(Path(tmp)), "r:gz") as tar:
+                member = f"llama_cpp_python-{VERSION}/{MEMBER_DIR}templates/{name}.jinja"
+                with tar.extractfile(member) as src, open(f"{target}.tmp", "wb") as out:
+                    shutil.copyfileobj(src, out)
+            os.replace(f"{target}.tmp", target)
+    return target
+
+
 def vocab_names(with_vectors: bool = True) -> list[str]:
     """Names (e.g. 'llama-bpe') of the vocab files, those with .inp/.out when with_vectors."""
     d = vocab_dir()
