@@ -4,7 +4,7 @@ W is the uint8 block view [rows, row_bytes] of a GGUF tensor (a uint16 view for 
 y are float32. Results agree with `dequantize(W) @ x` to float32 rounding or, for the integer
 kernels, to the int16 rounding of x; F32 weights go to BLAS sgemv. Parallel over rows (prange).
 
-Integer kernels (Q8_0, Q5_0, IQ4_NL, Q4_1, Q4_K, Q6_K): x is
+Integer kernels (Q8_0, Q5_0, IQ4_NL, Q4_0, Q4_1, Q4_K, Q6_K): x is
 quantized once per call to int16 per block of 32 with a float scale (`quantize_i16`: steps of
 max|x_block| / 32767, where llama.cpp's CPU kernels round activations to 8 bits), and each
 block's quants are multiplied with it in 16-bit lanes summed in pairs into int32 (vpmaddwd): one
@@ -96,24 +96,6 @@ def matvec_bf16(w, x, y):  # w: uint16 [rows, n] (bf16 bits: the top half of a f
 
 
 # ------------------------------------------------------------------------ 32-weight block types
-
-
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
-def matvec_q4_0(w, x, y):
-    rows, nb = w.shape[0], w.shape[1] // 18
-    xs = _block_sums(x, 32)
-    for r in prange(rows):
-        acc = np.zeros(32, np.float32)
-        corr = np.float32(0)  # sum_b d_b * sum(x_b): the -8 offset
-        for b in range(nb):
-            o, xo = 18 * b, 32 * b
-            d = f16_at(w, r, o)
-            corr += d * ld(xs, b)
-            for j in range(16):
-                v = ld2(w, r, o + 2 + j)
-                acc[j] += d * lo4(v) * ld(x, xo + j)
-                acc[16 + j] += d * hi4(v) * ld(x, xo + 16 + j)
-        y[r] = _sum32(acc) - np.float32(8) * corr
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
@@ -346,8 +328,18 @@ def _iq4_nl_dot(w, r, o, xq, xc, b):
     return vadd(even, madd(vsar(v, 8), load_i16(xq, 32 * b + 16)))
 
 
-KIND_Q8_0, KIND_Q5_0, KIND_IQ4_NL = 0, 1, 2  # constants once the kernels are inlined
-BLOCK_BYTES = (34, 22, 18)
+@njit(inline="always")
+def _q4_0_dot(w, r, o, xq, xc, b):
+    """As `_q8_0_dot` for a Q4_0 block: the nibbles (16 bytes at o + 2, quant j low, j + 16
+    high) as in `_q4_1_dot`, the -8 offset taken off with the bias corrections of 8."""
+    v = load_nibble_words(w, r, o + 2)
+    dot = vadd(madd(vand(v, 15), load_i16(xq, 32 * b)),
+               madd(vand(vshr(v, 8), 15), load_i16(xq, 32 * b + 16)))
+    return vsub(dot, load_i32(xc, 8 * b))
+
+
+KIND_Q8_0, KIND_Q5_0, KIND_IQ4_NL, KIND_Q4_0 = 0, 1, 2, 3  # constants once the kernels are inlined
+BLOCK_BYTES = (34, 22, 18, 18)
 
 
 @njit(inline="always")
@@ -356,6 +348,8 @@ def _block_dot(w, r, o, xq, xc, b, kind):
         return _q8_0_dot(w, r, o, xq, xc, b)
     if kind == KIND_Q5_0:
         return _q5_0_dot(w, r, o, xq, xc, b)
+    if kind == KIND_Q4_0:
+        return _q4_0_dot(w, r, o, xq, xc, b)
     return _iq4_nl_dot(w, r, o, xq, xc, b)
 
 
@@ -368,7 +362,8 @@ def _scaled_rows(w, x, y, kind):
     size = BLOCK_BYTES[kind]
     rows, nb = w.shape[0], w.shape[1] // size
     xq, xd = quantize_i16(x)
-    xc = _bias_corrections(xq, 128) if kind == KIND_Q8_0 else np.empty(0, np.int32)
+    xc = _bias_corrections(xq, 128 if kind == KIND_Q8_0 else 8) \
+        if kind == KIND_Q8_0 or kind == KIND_Q4_0 else np.empty(0, np.int32)
     if kind == KIND_Q5_0:
         xd = xd * np.float32(1 / 256)  # _q5_0_dot's factor (exact: a power of two)
     last = rows - 1
@@ -407,6 +402,11 @@ def matvec_q5_0(w, x, y):
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
 def matvec_iq4_nl(w, x, y):
     _scaled_rows(w, x, y, KIND_IQ4_NL)
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def matvec_q4_0(w, x, y):
+    _scaled_rows(w, x, y, KIND_Q4_0)
 
 
 @njit(inline="always")

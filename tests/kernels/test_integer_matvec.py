@@ -22,7 +22,7 @@ from .test_matvec import real_matrices, reference, synth_blocks
 
 mv = importlib.import_module("llamacpy.kernels.matvec")  # the module, not the re-exported function
 
-INTEGER_TYPES = ["Q8_0", "Q5_0", "IQ4_NL", "Q4_1", "Q4_K", "Q6_K"]
+INTEGER_TYPES = ["Q8_0", "Q5_0", "IQ4_NL", "Q4_0", "Q4_1", "Q4_K", "Q6_K"]
 REPACKABLE = ["Q5_0", "IQ4_NL"]
 
 
