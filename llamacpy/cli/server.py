@@ -14,7 +14,7 @@ import time
 
 from ..engine.kv_cache import cache_dtype
 from ..hub import resolve_model
-from ..kernels import set_threads
+from ..kernels import apply_threads_here, set_threads
 from ..sampling import SamplingParams
 from .args import build_parser, check_cpu_only, drop_unsupported
 
@@ -101,6 +101,7 @@ def serve(args, cfg) -> int:
     exit_code = [0]
 
     def load() -> None:
+        apply_threads_here()  # -t for the repack and warm-up kernels run in this thread
         while not server.started and not server.should_exit:
             time.sleep(0.01)
         base = f"http://{args.host}:{args.port}"

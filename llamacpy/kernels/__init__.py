@@ -36,14 +36,26 @@ def _openblas_setter():
     return None
 
 
+_requested_threads: int | None = None  # the last set_threads, for threads started later
+
+
 def set_threads(n: int) -> int:
     """Use n threads for the numba kernels and for BLAS (llama.cpp's -t); returns the count set."""
+    global _requested_threads
     n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
     numba.set_num_threads(n)
+    _requested_threads = n
     setter = _openblas_setter()
     if setter is not None:
         setter(n)
     return n
+
+
+def apply_threads_here() -> None:
+    """numba's thread count belongs to the calling thread: a thread started after set_threads
+    (the server's loader and engine) must call this, or its kernels use every core."""
+    if _requested_threads is not None:
+        numba.set_num_threads(_requested_threads)
 
 
 def get_threads() -> int:

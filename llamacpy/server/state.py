@@ -16,6 +16,7 @@ from ..models import load_model
 from ..sampling import SamplingParams
 from ..tokenizer import Tokenizer
 from ..engine.prompt import Prompt
+from ..kernels import apply_threads_here
 from ..vision import ImageError, load_projector
 from ..vision.mtmd import MtmdContext, media_marker
 from .engine import Engine
@@ -84,10 +85,14 @@ class ServerState:
                                              parse_special=True)
         self.sampling_defaults = SamplingParams.from_gguf(self.gguf, **_overrides(cfg.sampling))
         self.warm_up()
-        self.thread = threading.Thread(target=self.engine.run, name="llamacpy-engine",
+        self.thread = threading.Thread(target=self._run_engine, name="llamacpy-engine",
                                        daemon=True)
         self.thread.start()
         self.ready = True
+
+    def _run_engine(self) -> None:
+        apply_threads_here()  # -t: numba's thread count is per thread
+        self.engine.run()
 
     def warm_up(self) -> None:
         """One short decode so the kernels are loaded before the first request (as llama.cpp)."""
