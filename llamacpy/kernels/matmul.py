@@ -39,7 +39,10 @@ MULTI_FASTMATH = {"contract", "reassoc"}  # reassoc lets LLVM vectorise the dot-
 # float32 tile of dequantized rows handed to sgemm. Few, large tiles: with several threads each
 # switch between numba's pool and OpenBLAS's (whose idle workers spin ~0.1 s) costs milliseconds.
 SCRATCH_BYTES = 16 << 20
-SMALL_BATCH = 8  # up to this many tokens the multi_* kernels beat dequantize + sgemm
+SMALL_BATCH = 8  # up to this many tokens the multi_* kernels beat dequantize + sgemm ...
+# ... and for the integer kernels up to these (crossovers measured on Gemma 3 270M and
+# Qwen2.5-Coder-0.5B layers, 1 thread: Q8_0 between 24 and 32 tokens, Q6_K between 8 and 16)
+SMALL_BATCH_BY_TYPE = {GGMLType.Q8_0: 24, GGMLType.Q5_0: 16, GGMLType.IQ4_NL: 16}
 
 
 # ------------------------------------------------------------- float rows: the other types
@@ -398,7 +401,8 @@ def matmul(w_blocks: np.ndarray, ggml_type: int, X: np.ndarray,
         matvec(w_blocks, ggml_type, X[0], out[0])
     elif ggml_type == GGMLType.F32:
         np.matmul(X, w_blocks.view(np.float32).T, out=out)
-    elif X.shape[0] <= SMALL_BATCH and ggml_type in MULTI_KERNELS:
+    elif X.shape[0] <= SMALL_BATCH_BY_TYPE.get(ggml_type, SMALL_BATCH) and \
+            ggml_type in MULTI_KERNELS:
         call_kernel(MULTI_KERNELS[ggml_type], weight_view(w_blocks, ggml_type), X, out,
                     row_chunks(rows))
     else:
