@@ -51,7 +51,7 @@ def instrument(model, totals: dict, cache=None) -> None:
         for name in ("ffn_gate", "ffn_up", "ffn_down"):
             setattr(ffn, name, Timed(getattr(ffn, name), "matmul ffn", totals))
         ffn.activation = Timed(ffn.activation, "activation", totals)
-    base.attend = Timed(base.attend, "attention", totals)
+    base.attend_segment = Timed(base.attend_segment, "attention", totals)
     for module in (base, llama, gemma3):  # each model file imported the ops by name
         for name, label in (("rms_norm", "rms norms"), ("apply_rope", "rope")):
             if hasattr(module, name):
