@@ -30,6 +30,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "qwen35"
 MODELS = ["qwen35", "qwen35-mtp"]
 STANDIN = Path.home() / ".cache" / "llama.cpp" / "qwen35-0.8b-random-q4_0.gguf"
 TOL = 1e-3  # max |ours - transformers| over every logit (measured: 4e-5)
+N_CTX = 640  # the goldens hold 512 tokens
 
 
 @pytest.fixture(scope="module", params=MODELS)
@@ -42,12 +43,12 @@ def tiny(request):
 
 
 def decode_all(model, tokens: np.ndarray, kv: str = "f32", n_ubatch: int = 512) -> np.ndarray:
-    ctx = Context(model, n_ctx=128, n_ubatch=n_ubatch, type_k=kv, type_v=kv)
+    ctx = Context(model, n_ctx=N_CTX, n_ubatch=n_ubatch, type_k=kv, type_v=kv)
     return ctx.decode(Batch.from_tokens(tokens, all_logits=True))
 
 
 def decode_one_by_one(model, tokens: np.ndarray, kv: str = "f32") -> np.ndarray:
-    ctx = Context(model, n_ctx=128, type_k=kv, type_v=kv)
+    ctx = Context(model, n_ctx=N_CTX, type_k=kv, type_v=kv)
     return np.concatenate([ctx.decode(Batch.from_tokens(tokens[i : i + 1], pos0=i))
                            for i in range(len(tokens))])
 
@@ -112,7 +113,7 @@ def test_recurrent_and_chunked_forms_agree(tiny, monkeypatch):
 def test_sequences_batched_together(tiny):
     """Two sequences in each batch, as the server steps them: prompt chunks and single tokens."""
     name, model, tokens, ref = tiny
-    ctx = Context(model, n_ctx=128, n_seq=2, n_ubatch=16, type_k="f32", type_v="f32")
+    ctx = Context(model, n_ctx=N_CTX, n_seq=2, n_ubatch=16, type_k="f32", type_v="f32")
     steps = [((0, 30), (0, 9)), ((30, 31), (9, 27)), ((31, 32), (27, 28)), ((32, 50), (28, 29))]
     for (a0, b0), (a1, b1) in steps:
         rows = [(0, p) for p in range(a0, b0)] + [(1, p) for p in range(a1, b1)]
@@ -124,7 +125,7 @@ def test_sequences_batched_together(tiny):
 
 def test_trim_restores_the_latest_snapshot(tiny):
     name, model, tokens, ref = tiny
-    ctx = Context(model, n_ctx=128, type_k="f32", type_v="f32")
+    ctx = Context(model, n_ctx=N_CTX, type_k="f32", type_v="f32")
     ctx.decode(Batch.from_tokens(tokens[:50]))  # snapshots at 46 and 50
     for i in range(50, 60):
         ctx.decode(Batch.from_tokens(tokens[i : i + 1], pos0=i))
@@ -141,7 +142,7 @@ def test_trim_restores_the_latest_snapshot(tiny):
 def test_snapshot_inside_the_conv_window(tiny):
     """Micro-batches of 5 snapshot 1 token in: the conv state is then mostly the old state's."""
     name, model, tokens, ref = tiny
-    ctx = Context(model, n_ctx=128, n_ubatch=5, type_k="f32", type_v="f32")
+    ctx = Context(model, n_ctx=N_CTX, n_ubatch=5, type_k="f32", type_v="f32")
     ctx.decode(Batch.from_tokens(tokens[:50]))  # snapshots at 41, 45, 46, 50
     assert [s.pos for s in ctx.cache.snapshots[0]][-4:] == [41, 45, 46, 50]
     assert ctx.cache.trim(0, 44) == 41
@@ -153,7 +154,7 @@ def test_prefill_reuses_a_snapshot(tiny):
     """The same prompt again re-reads only from the snapshot 4 tokens before its end; a longer
     prompt continues from the snapshot at its end."""
     name, model, tokens, ref = tiny
-    state = SequenceState(Context(model, n_ctx=128, type_k="f32", type_v="f32"))
+    state = SequenceState(Context(model, n_ctx=N_CTX, type_k="f32", type_v="f32"))
     prompt = [int(t) for t in tokens[:40]]
     assert state.prefill(prompt)[1] == 0
     state.evaluate([int(t) for t in tokens[40:45]])

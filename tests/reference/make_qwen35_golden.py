@@ -33,7 +33,7 @@ from tests.reference.qwen35_hf import (LLAMA_CPP, build, convert, make_config,  
                                        mtp_tensors, reference_logits, save_model)
 
 GOLDEN = ROOT / "tests" / "golden" / "qwen35"
-N_TOKENS = 80  # past one 64-token chunk of transformers' chunked delta rule
+N_TOKENS = 512  # the issue's span; past several 64-token chunks of the chunked delta rule
 SEED = 1235
 LINEAR, FULL = "linear_attention", "full_attention"
 
@@ -57,7 +57,7 @@ SPECS = {
 
 
 def llamacpp_logits(path: Path, tokens: np.ndarray) -> np.ndarray:
-    llm = llamacpp.load_llama(path, n_ctx=128, n_batch=128, n_ubatch=128, logits_all=True,
+    llm = llamacpp.load_llama(path, n_ctx=1024, n_batch=512, n_ubatch=512, logits_all=True,
                               type_k=0, type_v=0, n_threads=1)  # GGML_TYPE_F32 cache
     llm.eval([int(t) for t in tokens])
     return np.array(llm.scores[: len(tokens)], np.float32)
