@@ -48,5 +48,6 @@ def test_near_llama_cpp(measured):
     name, ref, logp = measured
     kld = partition_kld(ref["llamacpp_ids"], ref["llamacpp_logp"], logp).mean()
     top1 = (logp.argmax(-1) == ref["llamacpp_top1"]).mean()
+    print(f"{name}: vs llama.cpp KLD {kld:.4f}, top-1 {top1:.3f}")
     assert kld <= 0.02 and top1 >= 0.92, f"{name}: KLD {kld:.4f}, top-1 {top1:.3f}"
 
