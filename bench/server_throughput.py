@@ -5,7 +5,8 @@ the same engine's own llama-bench tg figure, measured in one run.
 
 Starts `llama-server -np N -t T` on MODEL (default gemma3-270m), warms it up, then alternates
 rounds: one stream of n tokens, N concurrent streams of n tokens each (temperature 0 and
-ignore_eos, so every stream generates exactly n tokens). Prints medians of aggregate tokens/s,
+ignore_eos, so every stream generates exactly n tokens), and `llama-bench -n n -r 1` in a
+subprocess while the server idles. Prints medians of aggregate tokens/s,
 the N-stream / 1-stream ratio, and single-stream speed against `llama-bench -n n`.
 """
 
@@ -51,7 +52,7 @@ async def aggregate(url: str, n_streams: int, n: int) -> float:
 
 def llama_bench_tg(model: str, threads: int, n: int) -> float:
     out = subprocess.run([sys.executable, "-m", "llamacpy", "bench", "-m", model, "-p", "0",
-                          "-n", str(n), "-t", str(threads), "-r", "3", "-o", "json"],
+                          "-n", str(n), "-t", str(threads), "-r", "1", "-o", "json"],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)[0]["avg_ts"]
 
@@ -70,14 +71,14 @@ def main() -> None:
                            "-c", str(args.parallel * (args.n_gen + 64))], str(log))
     try:
         asyncio.run(aggregate(server.url, args.parallel, 8))  # warm-up
-        single, multi = [], []
-        for _ in range(args.rounds):
+        single, multi, bench = [], [], []
+        for _ in range(args.rounds):  # interleaved: this VM's speed drifts between minutes
             single.append(asyncio.run(aggregate(server.url, 1, args.n_gen)))
             multi.append(asyncio.run(aggregate(server.url, args.parallel, args.n_gen)))
+            bench.append(llama_bench_tg(args.model, args.threads, args.n_gen))  # server idle
     finally:
         stop_server(server)
-    bench = llama_bench_tg(args.model, args.threads, args.n_gen)
-    s, m = statistics.median(single), statistics.median(multi)
+    s, m, bench = statistics.median(single), statistics.median(multi), statistics.median(bench)
     print(f"model {args.model}, {args.threads} thread(s), {args.parallel} slots, "
           f"{args.n_gen} tokens per stream, {args.rounds} rounds (medians)")
     print("| measurement | tokens/s |\n|---|---:|")
