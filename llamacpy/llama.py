@@ -35,7 +35,7 @@ class Llama:
                  n_ubatch: int = 512, n_threads: int | None = None,
                  n_threads_batch: int | None = None, seed: int = LLAMA_DEFAULT_SEED,
                  vocab_only: bool = False, logits_all: bool = False, verbose: bool = True,
-                 chat_format: str | None = None, repack: bool = True, **kwargs: Any):
+                 chat_format: str | None = None, repack: bool = False, **kwargs: Any):
         self.model_path, self.verbose, self.seed = str(model_path), verbose, seed
         self._file = open_gguf(model_path)
         self.metadata = {k: str(v) for k, v in self._file.metadata.items()

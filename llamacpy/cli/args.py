@@ -83,8 +83,9 @@ FLAGS = [
       env="LLAMA_ARG_CACHE_TYPE_K", help="KV cache type for K: f16 or f32"),
     f("-ctv", "--cache-type-v", dest="cache_type_v", default="f16",
       env="LLAMA_ARG_CACHE_TYPE_V", help="KV cache type for V: f16 or f32"),
-    f("--repack", dest="repack", type=SWITCH, default=True, env="LLAMA_ARG_REPACK",
-      help="re-encode Q5_0/IQ4_NL weights as Q8_0 for faster decoding (default)"),
+    f("--repack", dest="repack", type=SWITCH, default=None, env="LLAMA_ARG_REPACK",
+      help="re-encode Q5_0/IQ4_NL weights as Q8_0: faster batched decoding, more memory "
+           "(default: only llama-server with --parallel > 1)"),
     f("--no-repack", dest="repack", type=SWITCH, const=False),
     # server
     f("--host", dest="host", default="127.0.0.1", env="LLAMA_ARG_HOST", tools=("server",)),

@@ -189,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     totals, t0 = Totals(), time.perf_counter()
     threads = args.threads if args.threads > 0 else None
     llm = Llama(str(resolve_model(args.model)), n_ctx=args.ctx_size, n_batch=args.batch_size,
-                n_ubatch=args.ubatch_size, n_threads=threads, verbose=False)
+                n_ubatch=args.ubatch_size, n_threads=threads, verbose=False,
+                repack=bool(args.repack))
     totals.t_load = time.perf_counter() - t0
     if args.image or args.mmproj:
         return with_images(llm, args, totals)

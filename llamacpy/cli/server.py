@@ -55,7 +55,8 @@ def server_config(args):
         model_path=str(resolve_model(args.model)), alias=args.alias or "", n_ctx=args.ctx_size,
         n_parallel=max(1, args.parallel), n_batch=args.batch_size, n_ubatch=args.ubatch_size,
         n_predict=args.n_predict, type_k=args.cache_type_k, type_v=args.cache_type_v,
-        repack=args.repack, api_keys=api_keys(args), webui=args.webui, metrics=args.metrics,
+        repack=repack_default(args), api_keys=api_keys(args), webui=args.webui,
+        metrics=args.metrics,
         slots=args.slots, chat_template=template or args.chat_template,
         chat_template_kwargs=parse_kwargs(args.chat_template_kwargs),
         reasoning_format=args.reasoning_format, reasoning=args.reasoning,
@@ -85,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads > 0:
         set_threads(args.threads)
     return serve(args, cfg)
+
+
+def repack_default(args) -> bool:
+    """--repack / --no-repack, else repack only for batched decoding (--parallel > 1), where the
+    Q8_0 multi-token kernels are 12-22% faster than the direct Q5_0 / IQ4_NL ones."""
+    return args.parallel > 1 if args.repack is None else bool(args.repack)
 
 
 def serve(args, cfg) -> int:

@@ -114,12 +114,14 @@ def rope_config(g: GGUFFile, arch: str, head_dim: int, mode: int) -> RopeConfig:
 class Weights:
     """Binds GGUF tensors by name, checking each shape (ggml order) against the config.
 
-    With `repack` (llama.cpp's --repack, on by default) Q5_0 and IQ4_NL matrices are rewritten
-    once as Q8_0, an exact re-encoding the decode kernels run about 2x faster; the original
-    pages are then dropped from memory.
+    With `repack` (llama.cpp's --repack) Q5_0 and IQ4_NL matrices are rewritten once as Q8_0, an
+    exact re-encoding (same results) that multi-token steps run 12-22% faster, for 1.5x the
+    bytes; the original pages are then dropped from memory. Off by default: one-token decoding
+    and prompts are as fast on the direct Q5_0 / IQ4_NL kernels (measured interleaved: Gemma 3
+    270M tg 1.01x, Qwen2.5-Coder-0.5B 1.04x), with less memory and a faster start.
     """
 
-    def __init__(self, g: GGUFFile, repack: bool = True):
+    def __init__(self, g: GGUFFile, repack: bool = False):
         self.g, self.repack = g, repack
 
     def vector(self, name: str, n: int, optional: bool = False) -> np.ndarray | None:

@@ -30,7 +30,7 @@ class LlamaModel:
     rope_mode = ROPE_NORM
     uses_mrope = False  # images advance the position by max(nx, ny) (mtmd's M-RoPE models)
 
-    def __init__(self, g: GGUFFile, repack: bool = True):
+    def __init__(self, g: GGUFFile, repack: bool = False):
         self.args = a = self.read_args(g)
         w = Weights(g, repack)
         self.token_embd = g.tensor("token_embd.weight")

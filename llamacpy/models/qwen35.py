@@ -241,7 +241,7 @@ class Qwen35Model(LlamaModel):
     rope_mode = ROPE_NEOX  # the pairing of ggml's IMROPE
     uses_mrope = True
 
-    def __init__(self, g: GGUFFile, repack: bool = True):
+    def __init__(self, g: GGUFFile, repack: bool = False):
         super().__init__(g, repack)
         a, w = self.args, Weights(g, repack=False)
         self.mtp = [MTPBlock(w, il, a) for il in range(a.n_layer, a.n_layer + a.extra["n_nextn"])]

@@ -20,9 +20,10 @@ ARCHITECTURES = {
 }
 
 
-def load_model(g: GGUFFile, repack: bool = True):
+def load_model(g: GGUFFile, repack: bool = False):
     """The model object for an opened GGUF file; an unknown architecture is a clear error.
-    `repack`: re-encode Q5_0/IQ4_NL matrices as Q8_0 for faster decoding (llama.cpp's --repack)."""
+    `repack`: re-encode Q5_0/IQ4_NL matrices as Q8_0 (llama.cpp's --repack): faster multi-token
+    steps, 1.5x their bytes in memory (see models/base.Weights)."""
     arch = g.require(Keys.General.ARCHITECTURE)
     if arch not in ARCHITECTURES:
         raise GGUFError(f"{g.path}: unknown model architecture '{arch}' "

@@ -34,7 +34,7 @@ class ServerConfig:
     n_predict: int = -1
     type_k: str = "f16"
     type_v: str = "f16"
-    repack: bool = True
+    repack: bool = False
     api_keys: list[str] = field(default_factory=list)
     webui: bool = True
     metrics: bool = False

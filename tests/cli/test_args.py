@@ -27,6 +27,16 @@ def test_llama_cpp_spellings():
     assert args.cache_type_k == "f32" and args.repack is False
 
 
+def test_repack_only_for_parallel_slots_by_default():
+    from llamacpy.cli.server import repack_default
+
+    parse = build_parser("server", "llama-server", "").parse_args
+    assert not repack_default(parse(["-m", "x"]))
+    assert repack_default(parse(["-m", "x", "-np", "4"]))
+    assert not repack_default(parse(["-m", "x", "-np", "4", "--no-repack"]))
+    assert repack_default(parse(["-m", "x", "--repack"]))
+
+
 def test_unsupported_flags_answer_with_one_line(capsys):
     rest = drop_unsupported(["-m", "m", "--grammar", "root ::= x", "--swa-full", "-c", "8"],
                             "llama-server")
