@@ -22,11 +22,13 @@ class Pieces:
 
     def __init__(self, vocab: Vocab):
         self.vocab = vocab
-        self._cache: list[bytes | None] = [None] * vocab.n_vocab
+        self._cache: dict[int, bytes] = {}  # a dict: a 262k-slot list would cost 2 MB up front
 
     def __getitem__(self, token: int) -> bytes:
-        piece = self._cache[token]
+        piece = self._cache.get(token)
         if piece is None:
+            if not 0 <= token < self.vocab.n_vocab:
+                raise IndexError(f"token id {token} is out of range")
             piece = self._cache[token] = _piece(self.vocab, token)
         return piece
 

@@ -134,7 +134,9 @@ def _new_vocab(meta: dict, model: str) -> Vocab:
     vtype = {"llama": "SPM", "bert": "WPM", "gpt2": "BPE", "gemma4": "BPE", "t5": "UGM"}.get(model)
     if vtype is None:
         raise NotImplementedError(f"tokenizer model '{model}' is not supported")
-    tokens = list(meta.get(KEY + "tokens") or [])
+    tokens = meta.get(KEY + "tokens") or []
+    if not isinstance(tokens, list):
+        tokens = list(tokens)  # the reader's list is used as it is: a copy costs 2 MB at 262k
     if not tokens:
         raise ValueError(f"cannot find tokenizer vocab ('{KEY}tokens') in model file")
     n = len(tokens)
