@@ -39,12 +39,11 @@ from bench.make_qwen35_standin import STANDIN  # noqa: E402
 from llamacpy.format.constants import GGMLType  # noqa: E402
 from llamacpy.format.reader import open_gguf  # noqa: E402
 from llamacpy.format.writer import TensorToWrite, write_gguf  # noqa: E402
+from tests.reference.vocab_data import template_path  # noqa: E402
 from tests.server.conftest import start_server, stop_server  # noqa: E402
 
 CHAT_STANDIN = STANDIN.with_name("qwen35-0.8b-random-q4_0-chat.gguf")
 BENCH_CACHE = Path.home() / ".cache" / "llamacpy-bench"
-TEMPLATE = Path("/work/ref/llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/"
-                "Qwen3.5-4B.jinja")
 SPECIALS_AT = 248044  # Qwen3.5's special tokens follow its 248044 BPE entries
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>",
             "<|object_ref_end|>", "<|box_start|>", "<|box_end|>", "<|quad_start|>",
@@ -53,17 +52,6 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>
 THINK_AT = SPECIALS_AT + 24
 TOKEN_CONTROL, TOKEN_USER_DEFINED = 3, 4
 QUESTION = "Describe this camera frame in one sentence."
-
-
-def template_text() -> str:
-    if TEMPLATE.exists():
-        return TEMPLATE.read_text()
-    import tarfile  # the sdist cached by the test setup
-
-    sdist = Path.home() / ".cache" / "llamacpy" / "llama_cpp_python-0.3.36.tar.gz"
-    with tarfile.open(sdist) as tar:
-        name = "llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/Qwen3.5-4B.jinja"
-        return tar.extractfile(name).read().decode()
 
 
 def dress_for_chat(src: Path, dst: Path) -> Path:
@@ -82,7 +70,7 @@ def dress_for_chat(src: Path, dst: Path) -> Path:
     meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"] = tokens, types
     meta["tokenizer.ggml.eos_token_id"] = SPECIALS_AT + SPECIALS.index("<|im_end|>")
     meta["tokenizer.ggml.add_bos_token"] = False
-    meta["tokenizer.chat_template"] = template_text()
+    meta["tokenizer.chat_template"] = template_path("Qwen3.5-4B").read_text()
     meta.pop("general.alignment", None)
     tensors = [TensorToWrite(t.name, GGMLType(t.ggml_type), tuple(t.ne), lambda t=t: t.data)
                for t in g.tensors.values()]

@@ -8,15 +8,14 @@ decode, one token per sequence) read each weight row once for all tokens, in the
 kernels; which path runs is chosen per shape by `SMALL_BATCH`, measured with
 bench/bench_kernels.py.
 
-Small-batch integer kernels (Q8_0, Q5_0, IQ4_NL, Q4_1, Q4_K, Q6_K) use
-the int16 activations of kernels/matvec.py: every X row is quantized once per call, then each
-weight row is decoded once into an L1-resident int16 row `wq` (block quants in the activations'
-even/odd order, Q6_K's 16-weight scales and -32 offset folded in) with one float scale per
-32-weight block `ws` (and for Q4_1 / Q4_K a min term `wm`), and dotted with the tokens four at a
-time by `_int_dots`: two vpmaddwd, a vpaddd, one conversion and one FMA per block and token, the
-block's combined scale ws * x_scale precomputed per row for all tokens. The other types decode
-rows to float32 and take plain float dot products (`_float_dots`). Scratch rows are allocated
-once per chunk of rows, never per row.
+Small-batch integer kernels (Q8_0, Q5_0, IQ4_NL, Q4_0, Q4_1, Q4_K, Q6_K) use the int16
+activations of kernels/matvec.py: the X rows are quantized once per call and laid out in pairs of
+tokens (`_pair_activations`); each weight row has its per-block float scales (and for Q4_1 / Q4_K
+min terms) decoded once (`_block_scales`), then every 32-weight block is widened to int16 in
+registers (`_block_quants`) and multiplied with two pairs of tokens at a time (`_pair_dot`: four
+vpmaddwd, one conversion and one FMA per block and pair). The other types decode each row to
+float32 once (`_float_rows`) and take plain float dot products. Scratch is allocated once per
+chunk of rows, never per row.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from numba import njit, prange
 
 from ..format.constants import GGMLType
 from .dequant import (FASTMATH, ROW_KERNELS, call_kernel, dq_bf16, dq_f16, dq_iq4_xs, dq_q2_k,
-                      dq_q3_k, dq_q4_0, dq_q5_1, dq_q5_k, ld, ld2, output_array, row_length,
+                      dq_q3_k, dq_q5_1, dq_q5_k, ld, ld2, output_array, row_length,
                       weight_view)
 from .matvec import (PREFETCH, _block_sums, _k4_scales_mins, iq4_nl_bytes, matvec, q5_0_bytes,
                      quantize_i16)
@@ -71,90 +70,57 @@ def _float_dots(buf, X, Y, r):
         t += 1
 
 
-@njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_f16(w, X, Y, chunks):
+@njit(inline="always")
+def _float_rows(w, X, Y, chunks, decode_row):
+    """Y = X @ W^T for the types without integer kernels: each row decoded once into float32
+    by `decode_row` (kernels/dequant.py), then dotted with every token."""
     rows = w.shape[0]
     for c in prange(chunks):
         buf = np.empty((1, X.shape[1]), np.float32)  # one decoded row, reused over the chunk
         for r in range(c * rows // chunks, (c + 1) * rows // chunks):
-            dq_f16(w, r, buf, 0)
+            decode_row(w, r, buf, 0)
             _float_dots(buf, X, Y, r)
+
+
+@njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
+def multi_f16(w, X, Y, chunks):
+    _float_rows(w, X, Y, chunks, dq_f16)
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
 def multi_bf16(w, X, Y, chunks):
-    rows = w.shape[0]
-    for c in prange(chunks):
-        buf = np.empty((1, X.shape[1]), np.float32)
-        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
-            dq_bf16(w, r, buf, 0)
-            _float_dots(buf, X, Y, r)
-
-
-@njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
-def multi_q4_0(w, X, Y, chunks):
-    rows = w.shape[0]
-    for c in prange(chunks):
-        buf = np.empty((1, X.shape[1]), np.float32)
-        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
-            dq_q4_0(w, r, buf, 0)
-            _float_dots(buf, X, Y, r)
+    _float_rows(w, X, Y, chunks, dq_bf16)
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
 def multi_q5_1(w, X, Y, chunks):
-    rows = w.shape[0]
-    for c in prange(chunks):
-        buf = np.empty((1, X.shape[1]), np.float32)
-        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
-            dq_q5_1(w, r, buf, 0)
-            _float_dots(buf, X, Y, r)
+    _float_rows(w, X, Y, chunks, dq_q5_1)
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
 def multi_q2_k(w, X, Y, chunks):
-    rows = w.shape[0]
-    for c in prange(chunks):
-        buf = np.empty((1, X.shape[1]), np.float32)
-        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
-            dq_q2_k(w, r, buf, 0)
-            _float_dots(buf, X, Y, r)
+    _float_rows(w, X, Y, chunks, dq_q2_k)
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
 def multi_q3_k(w, X, Y, chunks):
-    rows = w.shape[0]
-    for c in prange(chunks):
-        buf = np.empty((1, X.shape[1]), np.float32)
-        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
-            dq_q3_k(w, r, buf, 0)
-            _float_dots(buf, X, Y, r)
+    _float_rows(w, X, Y, chunks, dq_q3_k)
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
 def multi_q5_k(w, X, Y, chunks):
-    rows = w.shape[0]
-    for c in prange(chunks):
-        buf = np.empty((1, X.shape[1]), np.float32)
-        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
-            dq_q5_k(w, r, buf, 0)
-            _float_dots(buf, X, Y, r)
+    _float_rows(w, X, Y, chunks, dq_q5_k)
 
 
 @njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
 def multi_iq4_xs(w, X, Y, chunks):
-    rows = w.shape[0]
-    for c in prange(chunks):
-        buf = np.empty((1, X.shape[1]), np.float32)
-        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
-            dq_iq4_xs(w, r, buf, 0)
-            _float_dots(buf, X, Y, r)
+    _float_rows(w, X, Y, chunks, dq_iq4_xs)
 
 
 # --------------------------------------- integer rows: int16 activations, vpmaddwd (see top)
 
 # constants once the kernels are inlined
-KIND_Q8_0, KIND_Q4_1, KIND_Q4_K, KIND_Q6_K, KIND_Q5_0, KIND_IQ4_NL = 0, 1, 2, 3, 4, 5
+KIND_Q8_0, KIND_Q4_1, KIND_Q4_K, KIND_Q6_K, KIND_Q5_0, KIND_IQ4_NL, KIND_Q4_0 = range(7)
 
 
 @njit(inline="always")
@@ -221,6 +187,9 @@ def _block_quants(w, r, b, kind):
     if kind == KIND_Q4_1:
         v = load_nibble_words(w, r, 20 * b + 4)  # see matvec._q4_1_dot
         return vand(v, 15), vand(vshr(v, 8), 15)
+    if kind == KIND_Q4_0:  # the nibbles as Q4_1's, less their offset of 8
+        v = load_nibble_words(w, r, 18 * b + 2)
+        return vsub(vand(v, 15), 8), vsub(vand(vshr(v, 8), 15), 8)
     if kind == KIND_Q4_K:
         # 32 bytes per pair of sub-blocks: low nibbles are sub-block 2j, high ones 2j + 1
         v = load_w16(w, r, 144 * (b >> 3) + 16 + 32 * ((b >> 1) & 3))
@@ -243,7 +212,7 @@ def _block_quants(w, r, b, kind):
 def _block_scales(w, r, ws, wm, kind):
     """Row r's float scale per 32-weight block into ws and, for Q4_1 / Q4_K, its min term per
     block into wm (y = sum_b ws_b * (q . x)_b + wm_b * sum(x_b)); prefetches the row stream."""
-    if kind == KIND_Q8_0 or kind == KIND_Q5_0 or kind == KIND_IQ4_NL:
+    if kind == KIND_Q8_0 or kind == KIND_Q5_0 or kind == KIND_IQ4_NL or kind == KIND_Q4_0:
         size = 34 if kind == KIND_Q8_0 else (22 if kind == KIND_Q5_0 else 18)
         for b in range(w.shape[1] // size):
             prefetch(w, r, size * b + PREFETCH)
@@ -345,6 +314,11 @@ def multi_q5_0(w, X, Y, chunks):
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
 def multi_iq4_nl(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_IQ4_NL)
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def multi_q4_0(w, X, Y, chunks):
+    _int_rows(w, X, Y, chunks, KIND_Q4_0)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)

@@ -30,19 +30,30 @@ def model_quantize(path_in: Path, path_out: Path, ftype: int, nthread: int = 2, 
         raise RuntimeError(f"llama_model_quantize failed with {rc}")
 
 
-def load_llama(path: Path, **kwargs):
-    """llama_cpp.Llama with use_extra_bufts off: the default AMX/repack path crashes here."""
+def patch_default_params() -> None:
+    """Make llama_model_default_params return use_extra_bufts off, for the high-level Llama too:
+    the default AMX/repack path crashes in llama_decode on these machines. Idempotent."""
     import llama_cpp
     import llama_cpp.llama as high_level
 
     original = llama_cpp.llama_model_default_params
+    if getattr(original, "patched", False):
+        return
 
     def params():
         p = original()
         p.use_extra_bufts = False
         return p
 
+    params.patched = True
     llama_cpp.llama_model_default_params = params
     high_level.llama_cpp.llama_model_default_params = params
+
+
+def load_llama(path: Path, **kwargs):
+    """llama_cpp.Llama with use_extra_bufts off (see patch_default_params)."""
+    import llama_cpp
+
+    patch_default_params()
     kwargs.setdefault("verbose", False)
     return llama_cpp.Llama(model_path=str(path), **kwargs)

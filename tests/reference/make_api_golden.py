@@ -19,16 +19,7 @@ GOLDEN = Path(__file__).parent.parent / "golden" / "llama_api_golden.json"
 def main() -> None:
     import llama_cpp
 
-    llamacpp.load_llama  # noqa: B018 - importing it is not enough: patch the params first
-    original = llama_cpp.llama_model_default_params
-
-    def params():
-        p = original()
-        p.use_extra_bufts = False
-        return p
-
-    llama_cpp.llama_model_default_params = params
-    llama_cpp.llama.llama_cpp.llama_model_default_params = params
+    llamacpp.patch_default_params()
     out = run(llama_cpp.Llama, str(pull("smollm2-135m")))
     out["detokenized"] = out["detokenized"].decode("utf-8")
     GOLDEN.write_text(json.dumps(out, indent=1, ensure_ascii=False))

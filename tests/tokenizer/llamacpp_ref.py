@@ -11,33 +11,13 @@ from pathlib import Path
 
 import llama_cpp
 
-_patched = False
-
-
-def _patch_default_params() -> None:
-    # On this machine llama.cpp may crash with extra buffer types; turn them off everywhere.
-    global _patched
-    if _patched:
-        return
-    original = llama_cpp.llama_model_default_params
-
-    def params():
-        p = original()
-        p.use_extra_bufts = False
-        return p
-
-    llama_cpp.llama_model_default_params = params
-    import llama_cpp.llama as llama_module
-
-    llama_module.llama_cpp.llama_model_default_params = params
-    _patched = True
-
+from tests.reference.llamacpp import patch_default_params
 
 class LlamaCppVocab:
     """One GGUF vocabulary loaded by llama.cpp (vocab_only)."""
 
     def __init__(self, path: str | Path):
-        _patch_default_params()
+        patch_default_params()
         self.llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
         self.vocab = self.llm._model.vocab
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
