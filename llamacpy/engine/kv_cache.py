@@ -54,6 +54,13 @@ class KVCache:
         self.k[layer][seq, pos0 : pos0 + n] = to_cache(k, self.k[layer].dtype)
         self.v[layer][seq, pos0 : pos0 + n] = to_cache(v, self.v[layer].dtype)
 
+    def store_rows(self, layer: int, seqs: np.ndarray, positions: np.ndarray, k: np.ndarray,
+                   v: np.ndarray) -> None:
+        """Row i of k [n, n_head_kv, d_k] and v at position positions[i] of sequence seqs[i]
+        (one row per sequence: the server's decode step)."""
+        self.k[layer][seqs, positions] = to_cache(k, self.k[layer].dtype)
+        self.v[layer][seqs, positions] = to_cache(v, self.v[layer].dtype)
+
     def commit(self, seq: int, n_past: int) -> None:
         """Record that `seq` now holds positions 0..n_past-1 (after all layers stored)."""
         self.n_past[seq] = max(self.n_past[seq], n_past)

@@ -1,4 +1,7 @@
-"""@njit kernels, no model knowledge: matvec (decode), matmul (prompt), dequantize (get_rows)."""
+"""@njit kernels, no model knowledge: matvec (decode), matmul (prompt), dequantize (get_rows).
+
+Every kernel is compiled with nogil=True: while one computes, the server's HTTP thread (streaming
+chunks, parsing requests) runs on another core instead of waiting for the step to end."""
 
 from __future__ import annotations
 

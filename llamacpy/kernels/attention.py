@@ -8,6 +8,8 @@ weighted values 16 columns by four heads per pass; values are prefetched while t
 since between two tokens the weights streamed through the cache evict the KV rows. With fewer
 than three query heads per KV head, or fewer (token, KV head) tasks than threads, one head at a
 time (eight keys per pass). Head sizes that are not a multiple of 8 take `attend_cached_scalar`.
+`attend_cached_seqs` is the same kernel for one row of each of several sequences (the server's
+batched decode step), so that step makes one call per layer instead of one per sequence.
 `attend_blas` converts the visible cache once and uses BLAS, faster for prompt chunks;
 `attend_reference` is the plain numpy twin all three are tested against.
 
@@ -56,7 +58,7 @@ def to_f32(cache: np.ndarray) -> np.ndarray:
     return cache.view(np.float16).astype(np.float32) if cache.dtype == np.uint16 else cache
 
 
-@njit(parallel=True, cache=True, fastmath=ATTN_FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=ATTN_FASTMATH)
 def attend_cached_scalar(q, k_cache, v_cache, q_pos, n_swa, scale, out):
     n_tok, n_head, d_k = q.shape
     n_ctx, n_kv_head = k_cache.shape[0], k_cache.shape[1]
@@ -272,15 +274,12 @@ def _attend_each(qs, first, group, keys, k0, values, v0, lo, hi, scale, outs):
         _weighted_values(p, 0, values, v0, lo, hi, np.float32(1) / total, outs, row)
 
 
-@njit(parallel=True, cache=True, fastmath=ATTN_FASTMATH)
-def attend_cached(q, k_cache, v_cache, q_pos, n_swa, scale, out, by_head=False):
-    # head sizes multiples of 8; by_head: a task per query head (when tasks < threads)
+@njit(inline="always")
+def _attend_rows(q, keys, values, n_kv_head, row0, q_pos, n_swa, scale, out, by_head):
+    """Query row i sees key rows row0[i] + [lo, hi) of keys / values [rows, n_kv_head * d]."""
     n_tok, n_head, d_k = q.shape
-    n_ctx, n_kv_head = k_cache.shape[0], k_cache.shape[1]
-    d_v = v_cache.shape[2]
+    d_v = values.shape[1] // n_kv_head
     group = n_head // n_kv_head
-    keys = k_cache.reshape(n_ctx, n_kv_head * d_k)  # rows are positions
-    values = v_cache.reshape(n_ctx, n_kv_head * d_v)
     qs = q.reshape(n_tok * n_head, d_k)
     outs = out.reshape(n_tok * n_head, d_v)
     if group >= 3 and d_v % 16 == 0 and not by_head:
@@ -289,15 +288,36 @@ def attend_cached(q, k_cache, v_cache, q_pos, n_swa, scale, out, by_head=False):
             hi = q_pos[i] + 1
             lo = max(0, hi - n_swa) if n_swa > 0 else 0
             _attend_group4(qs, i * n_head + kvh * group, group, keys, kvh * d_k, values,
-                           kvh * d_v, lo, hi, scale, outs)
+                           kvh * d_v, row0[i] + lo, row0[i] + hi, scale, outs)
     else:  # a task per token and query head: more tasks than threads
         for t in prange(n_tok * n_head):
             i, h = t // n_head, t % n_head
             kvh = h // group
             hi = q_pos[i] + 1
             lo = max(0, hi - n_swa) if n_swa > 0 else 0
-            _attend_each(qs, i * n_head + h, 1, keys, kvh * d_k, values, kvh * d_v, lo, hi,
-                         scale, outs)
+            _attend_each(qs, i * n_head + h, 1, keys, kvh * d_k, values, kvh * d_v,
+                         row0[i] + lo, row0[i] + hi, scale, outs)
+
+
+@njit(parallel=True, cache=True, nogil=True, fastmath=ATTN_FASTMATH)
+def attend_cached(q, k_cache, v_cache, q_pos, n_swa, scale, out, by_head=False):
+    # head sizes multiples of 8; by_head: a task per query head (when tasks < threads)
+    n_ctx, n_kv_head = k_cache.shape[0], k_cache.shape[1]
+    keys = k_cache.reshape(n_ctx, n_kv_head * k_cache.shape[2])  # rows are positions
+    values = v_cache.reshape(n_ctx, n_kv_head * v_cache.shape[2])
+    _attend_rows(q, keys, values, n_kv_head, np.zeros(q.shape[0], np.int64), q_pos, n_swa,
+                 scale, out, by_head)
+
+
+@njit(parallel=True, cache=True, nogil=True, fastmath=ATTN_FASTMATH)
+def attend_cached_seqs(q, k_all, v_all, q_seq, q_pos, n_swa, scale, out, by_head=False):
+    """attend_cached for rows of different sequences in one call (the server's decode step):
+    caches [n_seq, n_ctx, n_kv_head, d], row i in sequence q_seq[i] at position q_pos[i]."""
+    n_seq, n_ctx, n_kv_head = k_all.shape[0], k_all.shape[1], k_all.shape[2]
+    keys = k_all.reshape(n_seq * n_ctx, n_kv_head * k_all.shape[3])
+    values = v_all.reshape(n_seq * n_ctx, n_kv_head * v_all.shape[3])
+    row0 = q_seq.astype(np.int64) * n_ctx
+    _attend_rows(q, keys, values, n_kv_head, row0, q_pos, n_swa, scale, out, by_head)
 
 
 def attend_blas(q, k_cache, v_cache, q_pos, n_swa, scale, out):
@@ -335,6 +355,17 @@ def attend(q, k_cache, v_cache, q_pos, n_swa, scale, out) -> np.ndarray:
         attend_cached(np.ascontiguousarray(q), k_cache, v_cache, q_pos, n_swa, np.float32(scale),
                       out, by_head)
     return out
+
+
+def attend_seqs(q, k_all, v_all, q_seq, q_pos, n_swa, scale, out) -> bool:
+    """One query row per sequence (q_seq, q_pos per row) over caches [n_seq, n_ctx, n_kv, d] in
+    one kernel call; False (nothing done) where attend_cached could not take the shapes."""
+    if q.shape[2] % 8 or v_all.shape[3] % 8 or not out.flags.c_contiguous:
+        return False
+    by_head = q.shape[0] * k_all.shape[2] < get_num_threads()
+    attend_cached_seqs(np.ascontiguousarray(q), k_all, v_all, q_seq, q_pos, n_swa,
+                       np.float32(scale), out, by_head)
+    return True
 
 
 def attend_reference(q, k_cache, v_cache, q_pos, n_swa, scale) -> np.ndarray:

@@ -382,91 +382,91 @@ def dq_iq4_xs(w, r, out, i):
 # by a factory or taking a function argument.
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def rows_f32(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_f32(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def rows_f16(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_f16(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def rows_bf16(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_bf16(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def rows_q4_0(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q4_0(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def rows_q4_1(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q4_1(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def rows_q5_0(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q5_0(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def rows_q5_1(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q5_1(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def rows_q8_0(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q8_0(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def rows_q2_k(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q2_k(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def rows_q3_k(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q3_k(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def rows_q4_k(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q4_k(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def rows_q5_k(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q5_k(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def rows_q6_k(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q6_k(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def rows_iq4_nl(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_iq4_nl(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def rows_iq4_xs(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_iq4_xs(w, ids[i], out, i)

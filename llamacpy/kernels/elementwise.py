@@ -19,7 +19,7 @@ SQRT_2_OVER_PI = np.float32(0.7978845608028654)
 GELU_COEF_A = np.float32(0.044715)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rope_neox(x, cos, sin):  # x: float32 [n_tok, n_head, head_dim] in place; cos, sin [n_tok, half]
     n_tok, n_head, _ = x.shape
     half = cos.shape[1]
@@ -31,7 +31,7 @@ def rope_neox(x, cos, sin):  # x: float32 [n_tok, n_head, head_dim] in place; co
                 x[t, h, half + i] = a * sin[t, i] + b * cos[t, i]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rope_norm(x, cos, sin):  # adjacent pairs x[2i], x[2i + 1]
     n_tok, n_head, _ = x.shape
     half = cos.shape[1]
@@ -64,11 +64,11 @@ def _logistic_times(x, k, out):
         out[i] = v / (np.float32(1) + np.exp(-z))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def silu_1d(x, out):  # float32 [n]
     _logistic_times(x, 0, out)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def gelu_tanh_1d(x, out):  # float32 [n]
     _logistic_times(x, 1, out)

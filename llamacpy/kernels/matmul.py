@@ -31,8 +31,9 @@ from .dequant import (FASTMATH, ROW_KERNELS, call_kernel, dq_bf16, dq_f16, dq_iq
 from .matvec import (PREFETCH, _block_sums, _k4_scales_mins, iq4_nl_bytes, matvec, q5_0_bytes,
                      quantize_i16)
 from .simd import (f16_pair, f32x8_fma, f32x8_half_sums, f32x8_mul, f32x8_splat, f32x8_sum,
-                   f32x8_zero, fma_vec, hi_lo, i16_halves, load_f32, load_i16, load_nibble_words,
-                   load_w16, madd, prefetch, store_f32, vadd, vand, vmul, vsar, vshl, vshr, vsub)
+                   f32x8_zero, fma_vec, hi_lo, i8_scale_pairs, load_f32, load_i16,
+                   load_nibble_words, load_w16, madd, prefetch, store_f32, vadd, vand, vmul, vsar,
+                   vshl, vshr, vsub)
 
 MULTI_FASTMATH = {"contract", "reassoc"}  # reassoc lets LLVM vectorise the dot-product reductions
 # float32 tile of dequantized rows handed to sgemm. Few, large tiles: with several threads each
@@ -82,37 +83,37 @@ def _float_rows(w, X, Y, chunks, decode_row):
             _float_dots(buf, X, Y, r)
 
 
-@njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=MULTI_FASTMATH)
 def multi_f16(w, X, Y, chunks):
     _float_rows(w, X, Y, chunks, dq_f16)
 
 
-@njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=MULTI_FASTMATH)
 def multi_bf16(w, X, Y, chunks):
     _float_rows(w, X, Y, chunks, dq_bf16)
 
 
-@njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=MULTI_FASTMATH)
 def multi_q5_1(w, X, Y, chunks):
     _float_rows(w, X, Y, chunks, dq_q5_1)
 
 
-@njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=MULTI_FASTMATH)
 def multi_q2_k(w, X, Y, chunks):
     _float_rows(w, X, Y, chunks, dq_q2_k)
 
 
-@njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=MULTI_FASTMATH)
 def multi_q3_k(w, X, Y, chunks):
     _float_rows(w, X, Y, chunks, dq_q3_k)
 
 
-@njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=MULTI_FASTMATH)
 def multi_q5_k(w, X, Y, chunks):
     _float_rows(w, X, Y, chunks, dq_q5_k)
 
 
-@njit(parallel=True, cache=True, fastmath=MULTI_FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=MULTI_FASTMATH)
 def multi_iq4_xs(w, X, Y, chunks):
     _float_rows(w, X, Y, chunks, dq_iq4_xs)
 
@@ -170,7 +171,7 @@ def _pair_dot(v1, v3, xp, i, s, acc):
 
 
 @njit(inline="always")
-def _block_quants(w, r, b, kind):
+def _block_quants(w, r, b, kind, gs):
     """Block b (32 weights) of row r as int16 quants at its even and odd positions, the order of
     the activations: (I16x16, I16x16). Q6_K's 16-weight scales and -32 offset are folded in
     (|q - 32| <= 32, |scale| <= 128: the products fit int16, four of them times int16 activations
@@ -203,9 +204,24 @@ def _block_quants(w, r, b, kind):
     sq, sh = 4 * (k >> 1), 2 * k
     even = vadd(vand(vshr(q, sq), 0x0F), vshl(vand(vshr(hb, sh), 3), 4))
     odd = vadd(vand(vshr(q, sq + 8), 0x0F), vshl(vand(vshr(hb, sh + 8), 3), 4))
-    s = o + 192 + 8 * h + 2 * k
-    scale = i16_halves(np.int8(ld2(w, r, s)), np.int8(ld2(w, r, s + 1)))
+    scale = gs[k]  # the scales of block b's two halves, from _group_scales
     return vmul(vsub(even, 32), scale), vmul(vsub(odd, 32), scale)
+
+
+@njit(inline="always")
+def _block_group(kind):
+    """Blocks decoded together: a K-quant's neighbouring blocks share their loads (Q4_K: the low
+    and high nibbles of 32 bytes; Q6_K: four blocks, one qh vector) and, with the block index
+    known modulo the group, take constant shifts."""
+    return 4 if kind == KIND_Q6_K else (2 if kind == KIND_Q4_K else 1)
+
+
+@njit(inline="always")
+def _group_scales(w, r, g, kind):
+    """Q6_K: the int8 scales of group g's four blocks (the half g & 1 of super-block g >> 1), as
+    `_block_quants` multiplies them in; the other kinds ignore it (a load LLVM drops)."""
+    o = 210 * (g >> 1) + 192 + 8 * (g & 1) if kind == KIND_Q6_K else 0
+    return i8_scale_pairs(w, r, o)
 
 
 @njit(inline="always")
@@ -244,23 +260,31 @@ def _block_scales(w, r, ws, wm, kind):
 def _two_pairs(w, r, kind, nb, ws, xp, xd2, p0, p1):
     """The dot products of row r with pairs p0 and p1 (four tokens): two F32x8 (see _pair_dot)."""
     a0, a1 = f32x8_zero(), f32x8_zero()
-    for b in range(nb):
-        v1, v3 = _block_quants(w, r, b, kind)
-        s = f32x8_splat(ld(ws, b))
-        j0, j1 = nb * p0 + b, nb * p1 + b
-        a0 = _pair_dot(v1, v3, xp, 64 * j0, f32x8_mul(s, load_f32(xd2, 8 * j0)), a0)
-        a1 = _pair_dot(v1, v3, xp, 64 * j1, f32x8_mul(s, load_f32(xd2, 8 * j1)), a1)
+    group = _block_group(kind)
+    for g in range(nb // group):
+        gs = _group_scales(w, r, g, kind)
+        for k in range(group):  # unrolled: constant shifts, shared loads
+            b = group * g + k
+            v1, v3 = _block_quants(w, r, b, kind, gs)
+            s = f32x8_splat(ld(ws, b))
+            j0, j1 = nb * p0 + b, nb * p1 + b
+            a0 = _pair_dot(v1, v3, xp, 64 * j0, f32x8_mul(s, load_f32(xd2, 8 * j0)), a0)
+            a1 = _pair_dot(v1, v3, xp, 64 * j1, f32x8_mul(s, load_f32(xd2, 8 * j1)), a1)
     return a0, a1
 
 
 @njit(inline="always")
 def _one_pair(w, r, kind, nb, ws, xp, xd2, p0):
     a0 = f32x8_zero()
-    for b in range(nb):
-        v1, v3 = _block_quants(w, r, b, kind)
-        j0 = nb * p0 + b
-        s = f32x8_mul(load_f32(xd2, 8 * j0), ld(ws, b))
-        a0 = _pair_dot(v1, v3, xp, 64 * j0, s, a0)
+    group = _block_group(kind)
+    for g in range(nb // group):
+        gs = _group_scales(w, r, g, kind)
+        for k in range(group):
+            b = group * g + k
+            v1, v3 = _block_quants(w, r, b, kind, gs)
+            j0 = nb * p0 + b
+            s = f32x8_mul(load_f32(xd2, 8 * j0), ld(ws, b))
+            a0 = _pair_dot(v1, v3, xp, 64 * j0, s, a0)
     return a0
 
 
@@ -301,37 +325,37 @@ def _int_rows(w, X, Y, chunks, kind):
                     Y[t, r] += f32x8_sum(m)
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
 def multi_q8_0(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_Q8_0)
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
 def multi_q5_0(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_Q5_0)
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
 def multi_iq4_nl(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_IQ4_NL)
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
 def multi_q4_0(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_Q4_0)
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
 def multi_q4_1(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_Q4_1)
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
 def multi_q4_k(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_Q4_K)
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
 def multi_q6_k(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_Q6_K)
 

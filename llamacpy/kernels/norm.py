@@ -12,7 +12,7 @@ from numba import njit
 from .dequant import ld, ld2
 
 
-@njit(cache=True, fastmath={"contract", "reassoc"})
+@njit(cache=True, nogil=True, fastmath={"contract", "reassoc"})
 def rms_norm_rows(x, weight, eps, out):  # x, out: float32 [rows, d]; weight: float32 [d]
     rows, d = x.shape
     for r in range(rows):

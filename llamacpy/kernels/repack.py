@@ -32,12 +32,12 @@ def _repack_rows(w, out, q5):
             store_w16(out, r, p + 2, q5_0_bytes(w, r, o) if q5 else iq4_nl_bytes(w, r, o))
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def repack_q5_0(w, out):  # w: uint8 [rows, 22 * nb] -> out: uint8 [rows, 34 * nb]
     _repack_rows(w, out, True)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def repack_iq4_nl(w, out):  # w: uint8 [rows, 18 * nb] -> out: uint8 [rows, 34 * nb]
     _repack_rows(w, out, False)
 

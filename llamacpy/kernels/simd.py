@@ -455,6 +455,26 @@ def i16_halves(typingctx, a, b):
 
 
 @intrinsic
+def i8_scale_pairs(typingctx, w, r, o):
+    """Four I16x16 from the 8 int8 bytes s = w[r, o:o + 8]: vector k is [s[2k]] * 8 +
+    [s[2k + 1]] * 8, i16_halves of each pair from one load (Q6_K's scales, four blocks apart)."""
+    if not _is_array(w, 2, *UINT8):
+        return None
+    retty = types.UniTuple(I16x16, 4)
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_ptr(context, builder, sig.args[0], args[0], args[1:], sig.args[1:])
+        v = builder.sext(_load(builder, ptr, ir.VectorType(I8, 8)), ir.VectorType(I16, 8))
+        und = ir.Constant(v.type, ir.Undefined)
+        items = [builder.shuffle_vector(v, und, ir.Constant(ir.VectorType(I32, 16),
+                                                             [2 * k] * 8 + [2 * k + 1] * 8))
+                 for k in range(4)]
+        return context.make_tuple(builder, retty, items)
+
+    return retty(w, r, o), codegen
+
+
+@intrinsic
 def madd(typingctx, a, b):
     """I32x8 lane k = a[2k] * b[2k] + a[2k + 1] * b[2k + 1]: the int16 products summed in pairs in
     32 bits (x86 vpmaddwd; exact unless all four inputs are -32768)."""

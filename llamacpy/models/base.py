@@ -15,7 +15,7 @@ from gguf.constants import Keys
 from ..engine.batch import Batch, Segment
 from ..engine.kv_cache import KVCache
 from ..format import GGUFError, GGUFFile
-from ..ops.attention import attend_segment
+from ..ops.attention import attend_segment, attend_seqs
 from ..ops.linear import Linear, get_rows
 from ..ops.norm import rms_norm
 from ..ops.rope import ROPE_NEOX, RopeConfig, apply_rope, rope_cos_sin
@@ -190,8 +190,18 @@ def attend_cached(q: np.ndarray, k: np.ndarray, v: np.ndarray, il: int, batch: B
     """Store each segment's k/v [n, n_head_kv, d] in layer il's cache, then attend over it:
     float32 [n, n_head, d_v]."""
     out = np.empty((q.shape[0], q.shape[1], v.shape[2]), np.float32)
+    one_row_each = len(segments) > 1 and len(segments) == q.shape[0]
+    if one_row_each and all(s.causal for s in segments):
+        # a decode step over several slots: one store and one kernel call for all of them
+        cache.store_rows(il, batch.seq_ids, batch.positions, k, v)
+        if attend_seqs(q, cache.k[il], cache.v[il], batch.seq_ids, batch.positions, n_swa,
+                       scale, out):
+            return out
+    else:
+        one_row_each = False
     for s in segments:
-        cache.store(il, s.seq, s.pos0, k[s.rows], v[s.rows])
+        if not one_row_each:
+            cache.store(il, s.seq, s.pos0, k[s.rows], v[s.rows])
         attend_segment(q[s.rows], cache.k[il][s.seq], cache.v[il][s.seq], s,
                        batch.positions[s.rows], n_swa, scale, out[s.rows])
     return out

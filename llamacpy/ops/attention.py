@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine.batch import Segment
-from ..kernels.attention import attend, to_f32
+from ..kernels.attention import attend, attend_seqs, to_f32
+
+__all__ = ["attend_non_causal", "attend_segment", "attend_seqs"]
 
 
 def attend_segment(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, s: Segment,

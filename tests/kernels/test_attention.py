@@ -9,7 +9,7 @@ from numba import njit
 
 from llamacpy.kernels import get_threads, set_threads, simd
 from llamacpy.kernels.attention import (attend, attend_blas, attend_cached, attend_cached_scalar,
-                                        attend_reference)
+                                        attend_reference, attend_seqs)
 from llamacpy.kernels.dequant import call_kernel
 
 # (n_head, n_head_kv, d_k, d_v): Gemma 3 270M, Qwen2.5 0.5B, SmolLM2 135M (four query heads per
@@ -57,6 +57,26 @@ def test_kernels_match_reference(shape, dtype, n_swa):
                 assert np.abs(got - ref).max() < 2e-6 * np.abs(ref).max() + 1e-6, (kernel, extra)
     finally:
         set_threads(before)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("n_swa", [0, 5])
+def test_one_row_per_sequence_matches_each_alone(shape, n_swa):
+    """attend_seqs (the server's decode step: one query row in each of several sequences) gives
+    each row what the reference gives it over its own sequence's cache."""
+    n_head, n_kv, d_k, d_v = shape
+    rng = np.random.default_rng(d_k + 7 * n_swa)
+    k_all = np.stack([cache(30, n_kv, d_k, "f16", rng) for _ in range(4)])
+    v_all = np.stack([cache(30, n_kv, d_v, "f16", rng) for _ in range(4)])
+    seqs, pos = np.array([2, 0, 3], np.int32), np.array([29, 0, 11], np.int32)
+    q = 3 * rng.standard_normal((3, n_head, d_k)).astype(np.float32)
+    out = np.full((3, n_head, d_v), np.nan, np.float32)
+    if not attend_seqs(q, k_all, v_all, seqs, pos, n_swa, 0.125, out):
+        assert d_k % 8 or d_v % 8  # only the scalar kernel's head sizes are refused
+        return
+    for i, (s, p) in enumerate(zip(seqs, pos)):
+        ref = attend_reference(q[i : i + 1], k_all[s], v_all[s], pos[i : i + 1], n_swa, 0.125)
+        assert np.abs(out[i] - ref[0]).max() < 2e-6 * np.abs(ref).max() + 1e-6
 
 
 def test_dispatch_covers_all_head_sizes():

@@ -51,9 +51,23 @@ def decode_one_by_one(model, tokens: np.ndarray, kv: str) -> np.ndarray:
                            for i in range(len(tokens))])
 
 
+def decode_beside_others(model, tokens: np.ndarray, kv: str) -> np.ndarray:
+    """Token by token with two other sequences in every batch, as the server's slots decode
+    (one row per sequence, rows not in sequence order); the logits of the sequence under test."""
+    ctx = Context(model, n_ctx=3 * 64, n_seq=3, type_k=kv, type_v=kv)
+    others = np.roll(tokens, 3), tokens[::-1].copy()
+    rows = []
+    for i in range(len(tokens)):
+        batch = Batch(np.array([others[0][i], tokens[i], others[1][i]], np.int32),
+                      np.full(3, i, np.int32), np.array([2, 0, 1], np.int32), np.ones(3, bool))
+        rows.append(ctx.decode(batch)[1:2])
+    return np.concatenate(rows)
+
+
 MODES = {
     "one-batch": decode_all,
     "token-by-token": decode_one_by_one,
+    "beside-other-sequences": decode_beside_others,
     "ubatch-5": lambda m, t, kv: decode_all(m, t, kv, n_ubatch=5),
     # the BLAS attention path with a cache behind
     "ubatch-16": lambda m, t, kv: decode_all(m, t, kv, n_ubatch=16),
