@@ -52,12 +52,14 @@ def instrument(model, totals: dict, cache=None) -> None:
             setattr(ffn, name, Timed(getattr(ffn, name), "matmul ffn", totals))
         ffn.activation = Timed(ffn.activation, "activation", totals)
     base.attend_segment = Timed(base.attend_segment, "attention", totals)
+    base.attend_seqs = Timed(base.attend_seqs, "attention", totals)  # one row per sequence
     for module in (base, llama, gemma3):  # each model file imported the ops by name
         for name, label in (("rms_norm", "rms norms"), ("apply_rope", "rope")):
             if hasattr(module, name):
                 setattr(module, name, Timed(getattr(module, name), label, totals))
     if cache is not None:
         cache.store = Timed(cache.store, "kv cache store", totals)
+        cache.store_rows = Timed(cache.store_rows, "kv cache store", totals)
 
 
 def main() -> None:
