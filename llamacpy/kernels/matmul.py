@@ -31,9 +31,9 @@ from .dequant import (FASTMATH, ROW_KERNELS, call_kernel, dq_bf16, dq_f16, dq_iq
 from .matvec import (PREFETCH, _block_sums, _k4_scales_mins, iq4_nl_bytes, matvec, q5_0_bytes,
                      quantize_i16)
 from .simd import (f16_pair, f32x8_fma, f32x8_half_sums, f32x8_mul, f32x8_splat, f32x8_sum,
-                   f32x8_zero, fma_vec, hi_lo, i8_scale_pairs, load_f32, load_i16,
-                   load_nibble_words, load_w16, madd, prefetch, store_f32, vadd, vand, vmul, vsar,
-                   vshl, vshr, vsub)
+                   f32x8_zero, fma_vec, hi_lo, i8_scale_pairs, load_f32, load_i8_words,
+                   load_i16, load_nibble_words, load_w16, madd, prefetch, store_f32, vadd, vand,
+                   vmul, vsar, vshl, vshr, vsub)
 
 MULTI_FASTMATH = {"contract", "reassoc"}  # reassoc lets LLVM vectorise the dot-product reductions
 # float32 tile of dequantized rows handed to sgemm. Few, large tiles: with several threads each
@@ -125,60 +125,89 @@ KIND_Q8_0, KIND_Q4_1, KIND_Q4_K, KIND_Q6_K, KIND_Q5_0, KIND_IQ4_NL, KIND_Q4_0 = 
 
 
 @njit(inline="always")
-def _pair_activations(X):
+def _pair_source(m, h, e, natural):
+    """Where in a block's quantize_i16 output (16 even positions, then 16 odd) the word e of
+    token h's half of quarter-vector m comes from (see _pair_activations)."""
+    if natural:
+        pos = (8 * (m + h) + e) % 32
+        return pos // 2 if pos % 2 == 0 else 16 + pos // 2
+    if m == 0:
+        return 8 * h + e
+    if m == 1:
+        return 8 * (1 - h) + 16 * h + e
+    if m == 2:
+        return 16 + 8 * h + e
+    return 24 - 24 * h + e
+
+
+@njit(inline="always")
+def _pair_activations(X, natural, sums):
     """The rows of X [T, n] quantized as matvec.quantize_i16 does, laid out for `_pair_dot`:
     tokens in pairs (t, u) = (2p, 2p + 1), the last one twice for odd T. Per pair and block b,
-    xp int16 [64] holds [E_t[0:8] E_u[8:16] | E_t[8:16] O_u[0:8] | O_t[0:8] O_u[8:16] |
-    O_t[8:16] E_u[0:8]] (E, O: the activations at the block's even and odd positions) and xd2
-    float32 [8] the scales [x_t's] * 4 + [x_u's] * 4. Also the block sums xs float32 [T * nbp]
-    (nbp: blocks rounded up to a multiple of 8, zero padding) for the min terms."""
+    xp int16 [64] holds four quarter-vectors, t's words in the low half of each and u's in the
+    high half, so that over the four each half meets all 32 weights of the block once:
+    [E_t[0:8] E_u[8:16] | E_t[8:16] O_u[0:8] | O_t[0:8] O_u[8:16] | O_t[8:16] E_u[0:8]] (E, O: the
+    activations at the block's even and odd positions, the order `_block_quants` widens most
+    kinds' bytes in), or with `natural` (Q8_0's in-order bytes) [x_t[0:8] x_u[8:16] |
+    x_t[8:16] x_u[16:24] | x_t[16:24] x_u[24:32] | x_t[24:32] x_u[0:8]]; xd2 float32 [8] the
+    scales [x_t's] * 4 + [x_u's] * 4. With `sums`, also the block sums xs float32 [T * nbp] (nbp:
+    blocks rounded up to a multiple of 8, zero padding) for the min terms."""
     T, n = X.shape
     nb = n // 32
     nbp = (nb + 7) // 8 * 8
     npairs = (T + 1) // 2
     xp = np.empty(npairs * n * 2, np.int16)
     xd2 = np.empty(npairs * nb * 8, np.float32)
-    xs = np.zeros(T * nbp, np.float32)
+    xs = np.zeros(T * nbp if sums else 0, np.float32)
     for t in range(T):
         q, d = quantize_i16(X[t])  # per block: 16 even positions, then 16 odd ones
-        xs[nbp * t : nbp * t + nb] = _block_sums(X[t], 32)
+        if sums:
+            xs[nbp * t : nbp * t + nb] = _block_sums(X[t], 32)
         p, hi = t // 2, t % 2
         for k in range(2 - hi if t == T - 1 else 1):  # an odd T's last token fills both halves
             h = hi + k
             for b in range(nb):
                 o, i, j = 32 * b, 64 * (nb * p + b), 8 * (nb * p + b)
-                for e in range(8):  # each token's 32 words go to 4 quarter-vectors
-                    xp[i + 8 * h + e] = q[o + 8 * h + e]
-                    xp[i + 16 + 8 * h + e] = q[o + 8 * (1 - h) + 16 * h + e]
-                    xp[i + 32 + 8 * h + e] = q[o + 16 + 8 * h + e]
-                    xp[i + 48 + 8 * h + e] = q[o + 24 - 24 * h + e]
+                for m in range(4):  # each token's 32 words go to 4 quarter-vectors
+                    for e in range(8):
+                        xp[i + 16 * m + 8 * h + e] = q[o + _pair_source(m, h, e, natural)]
                 for e in range(4):
                     xd2[j + 4 * h + e] = d[b]
     return xp, xd2, xs, nbp
 
 
 @njit(inline="always")
-def _pair_dot(v1, v3, xp, i, s, acc):
+def _pair_dot(v, xp, i, s, acc):
     """acc + one block's dot products with a pair of tokens, (t's in lanes 0-3, u's in lanes 4-7)
-    times the scales s. v1, v3: the block's decoded quants at even and odd positions; v1's high
-    half and v3's low half, and v3's high half and v1's low half, make the other two vectors, so
-    that over four madds each 128-bit half of the products meets all 32 weights once."""
-    m0 = madd(v1, load_i16(xp, i))
-    m1 = madd(hi_lo(v1, v3), load_i16(xp, i + 16))
-    m2 = madd(v3, load_i16(xp, i + 32))
-    m3 = madd(hi_lo(v3, v1), load_i16(xp, i + 48))
+    times the scales s; v: the block's four weight vectors from `_block_quants`, matching the
+    four quarter-vectors of the pair's activations."""
+    m0 = madd(v[0], load_i16(xp, i))
+    m1 = madd(v[1], load_i16(xp, i + 16))
+    m2 = madd(v[2], load_i16(xp, i + 32))
+    m3 = madd(v[3], load_i16(xp, i + 48))
     return fma_vec(vadd(vadd(m0, m1), vadd(m2, m3)), s, acc)
 
 
 @njit(inline="always")
 def _block_quants(w, r, b, kind, gs):
+    """Block b (32 weights) of row r as the four I16x16 that `_pair_dot` multiplies with a pair's
+    four activation quarter-vectors. Q8_0 in byte order, sign-extended from memory: bytes 0-15,
+    8-23, 16-31 and (16-31's high half, 0-15's low half) 24-31 + 0-7, one vpmovsxbw per vector
+    (15% faster than shifting even and odd bytes apart); the other kinds from `_even_odd`."""
+    if kind == KIND_Q8_0:
+        o = 34 * b + 2
+        va, vc = load_i8_words(w, r, o), load_i8_words(w, r, o + 16)
+        return va, load_i8_words(w, r, o + 8), vc, hi_lo(vc, va)
+    v1, v3 = _even_odd(w, r, b, kind, gs)
+    return v1, hi_lo(v1, v3), v3, hi_lo(v3, v1)
+
+
+@njit(inline="always")
+def _even_odd(w, r, b, kind, gs):
     """Block b (32 weights) of row r as int16 quants at its even and odd positions, the order of
     the activations: (I16x16, I16x16). Q6_K's 16-weight scales and -32 offset are folded in
     (|q - 32| <= 32, |scale| <= 128: the products fit int16, four of them times int16 activations
     an int32 madd lane)."""
-    if kind == KIND_Q8_0:
-        v = load_w16(w, r, 34 * b + 2)
-        return vsar(vshl(v, 8), 8), vsar(v, 8)  # sign-extended even and odd bytes
     if kind == KIND_Q5_0:  # 256 (q - 16): see matvec._q5_0_dot; _block_scales divides by 256
         v = q5_0_bytes(w, r, 22 * b)
         return vshl(v, 8), vand(v, -256)
@@ -265,11 +294,11 @@ def _two_pairs(w, r, kind, nb, ws, xp, xd2, p0, p1):
         gs = _group_scales(w, r, g, kind)
         for k in range(group):  # unrolled: constant shifts, shared loads
             b = group * g + k
-            v1, v3 = _block_quants(w, r, b, kind, gs)
+            v = _block_quants(w, r, b, kind, gs)
             s = f32x8_splat(ld(ws, b))
             j0, j1 = nb * p0 + b, nb * p1 + b
-            a0 = _pair_dot(v1, v3, xp, 64 * j0, f32x8_mul(s, load_f32(xd2, 8 * j0)), a0)
-            a1 = _pair_dot(v1, v3, xp, 64 * j1, f32x8_mul(s, load_f32(xd2, 8 * j1)), a1)
+            a0 = _pair_dot(v, xp, 64 * j0, f32x8_mul(s, load_f32(xd2, 8 * j0)), a0)
+            a1 = _pair_dot(v, xp, 64 * j1, f32x8_mul(s, load_f32(xd2, 8 * j1)), a1)
     return a0, a1
 
 
@@ -281,10 +310,10 @@ def _one_pair(w, r, kind, nb, ws, xp, xd2, p0):
         gs = _group_scales(w, r, g, kind)
         for k in range(group):
             b = group * g + k
-            v1, v3 = _block_quants(w, r, b, kind, gs)
+            v = _block_quants(w, r, b, kind, gs)
             j0 = nb * p0 + b
             s = f32x8_mul(load_f32(xd2, 8 * j0), ld(ws, b))
-            a0 = _pair_dot(v1, v3, xp, 64 * j0, s, a0)
+            a0 = _pair_dot(v, xp, 64 * j0, s, a0)
     return a0
 
 
@@ -301,7 +330,8 @@ def _store_pair(Y, r, p, acc):
 def _int_rows(w, X, Y, chunks, kind):
     """Y = X @ W^T for an integer kind: rows in `chunks` parallel chunks, each row's scales
     decoded once, then its blocks once per two pairs of tokens."""
-    xp, xd2, xs, nbp = _pair_activations(X)
+    has_mins = kind == KIND_Q4_1 or kind == KIND_Q4_K
+    xp, xd2, xs, nbp = _pair_activations(X, kind == KIND_Q8_0, has_mins)
     rows, T, nb = w.shape[0], X.shape[0], X.shape[1] // 32
     npairs = (T + 1) // 2
     for c in prange(chunks):
@@ -317,7 +347,7 @@ def _int_rows(w, X, Y, chunks, kind):
                 p += 2
             if p < npairs:
                 _store_pair(Y, r, p, _one_pair(w, r, kind, nb, ws, xp, xd2, p))
-            if kind == KIND_Q4_1 or kind == KIND_Q4_K:
+            if has_mins:
                 for t in range(T):
                     m = f32x8_zero()
                     for k in range(nbp // 8):

@@ -135,6 +135,19 @@ def load_w16(typingctx, w, r, o):
 
 
 @intrinsic
+def load_i8_words(typingctx, w, r, o):
+    """I16x16: the 16 bytes w[r, o:o + 16] as int8, sign-extended (one vpmovsxbw from memory)."""
+    if not _is_array(w, 2, *UINT8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_ptr(context, builder, sig.args[0], args[0], args[1:], sig.args[1:])
+        return builder.sext(_load(builder, ptr, ir.VectorType(I8, 16)), _vt(I16x16))
+
+    return I16x16(w, r, o), codegen
+
+
+@intrinsic
 def load_nibble_words(typingctx, w, r, o):
     """I16x16: the 16 bytes w[r, o:o + 16] as 8 little-endian words, then the same 8 words
     shifted right by 4, so that the low nibbles of the first 8 words and of the last 8 are the
