@@ -1,7 +1,8 @@
 """@njit kernels, no model knowledge: matvec (decode), matmul (prompt), dequantize (get_rows).
 
-Every kernel is compiled with nogil=True: while one computes, the server's HTTP thread (streaming
-chunks, parsing requests) runs on another core instead of waiting for the step to end."""
+The kernels release the GIL (kernels/threading_layer.py: where numba has a thread-safe threading
+layer): while one computes, the server's HTTP thread (streaming chunks, parsing requests) runs on
+another core instead of waiting for the step to end."""
 
 from __future__ import annotations
 

@@ -29,6 +29,7 @@ from .dequant import f16_bits_to_f32, ld, ld2
 from .simd import (f32x8_add, f32x8_exp, f32x8_fma, f32x8_hmax, f32x8_max, f32x8_mul, f32x8_recip,
                    f32x8_splat, f32x8_sum, f32x8_zero, lane, load_f32, load_row8, prefetch,
                    store_f32, store_row8, sums8, swap_halves)
+from .threading_layer import NOGIL
 
 # the score reduction and the softmax may be reassociated: SIMD sums, not bit-exact to numpy
 ATTN_FASTMATH = {"contract", "reassoc"}
@@ -58,7 +59,7 @@ def to_f32(cache: np.ndarray) -> np.ndarray:
     return cache.view(np.float16).astype(np.float32) if cache.dtype == np.uint16 else cache
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=ATTN_FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=ATTN_FASTMATH)
 def attend_cached_scalar(q, k_cache, v_cache, q_pos, n_swa, scale, out):
     n_tok, n_head, d_k = q.shape
     n_ctx, n_kv_head = k_cache.shape[0], k_cache.shape[1]
@@ -299,7 +300,7 @@ def _attend_rows(q, keys, values, n_kv_head, row0, q_pos, n_swa, scale, out, by_
                          row0[i] + lo, row0[i] + hi, scale, outs)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=ATTN_FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=ATTN_FASTMATH)
 def attend_cached(q, k_cache, v_cache, q_pos, n_swa, scale, out, by_head=False):
     # head sizes multiples of 8; by_head: a task per query head (when tasks < threads)
     n_ctx, n_kv_head = k_cache.shape[0], k_cache.shape[1]
@@ -309,7 +310,7 @@ def attend_cached(q, k_cache, v_cache, q_pos, n_swa, scale, out, by_head=False):
                  scale, out, by_head)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=ATTN_FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=ATTN_FASTMATH)
 def attend_cached_seqs(q, k_all, v_all, q_seq, q_pos, n_swa, scale, out, by_head=False):
     """attend_cached for rows of different sequences in one call (the server's decode step):
     caches [n_seq, n_ctx, n_kv_head, d], row i in sequence q_seq[i] at position q_pos[i]."""

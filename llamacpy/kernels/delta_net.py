@@ -31,6 +31,7 @@ import numpy as np
 from numba import njit, prange
 
 from .dequant import call_kernel, ld, ld2, st2
+from .threading_layer import NOGIL
 
 CHUNK = 64  # the chunk size of transformers' and llama.cpp's chunked delta rule
 DELTA_FASTMATH = {"contract", "reassoc"}  # the dot products over d_k may be vectorised
@@ -39,7 +40,7 @@ DELTA_FASTMATH = {"contract", "reassoc"}  # the dot products over d_k may be vec
 # -- causal depthwise convolution (ggml_ssm_conv) --------------------------------------------------
 
 
-@njit(cache=True, nogil=True, fastmath={"contract"})
+@njit(cache=True, nogil=NOGIL, fastmath={"contract"})
 def _conv1d(x, starts, stops, slots, states, wt, out):
     n_seg, C, K = starts.shape[0], x.shape[1], wt.shape[0]
     for sg in range(n_seg):
@@ -90,7 +91,7 @@ def conv1d_reference(x, starts, stops, slots, states, wt) -> np.ndarray:
 # -- the recurrent form ----------------------------------------------------------------------------
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=DELTA_FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=DELTA_FASTMATH)
 def _delta_rule_recurrent(q, k, v, g, beta, starts, stops, slots, states, scale, out):
     n_seg, n_v_heads, d = starts.shape[0], v.shape[1], v.shape[2]
     n_k_heads = q.shape[1]
@@ -140,7 +141,7 @@ def delta_rule_reference(q, k, v, g, beta, state) -> np.ndarray:
 # -- the chunked form ------------------------------------------------------------------------------
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def _unit_lower_inverse(a, out):
     n_mat, c = a.shape[0], a.shape[1]
     for m in prange(n_mat):
@@ -219,7 +220,7 @@ def delta_rule_chunked(q, k, v, g, beta, state, out, chunk: int = CHUNK) -> np.n
 # -- the per-head decay and write strength ---------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=NOGIL)
 def _gates(alpha, beta_in, dt_bias, a, g, beta):
     n, n_v_heads = alpha.shape
     for t in range(n):

@@ -27,6 +27,7 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import load_item, store_item
 
 from ..format.constants import GGML_QUANT_SIZES, GGMLType
+from .threading_layer import NOGIL
 
 FASTMATH = {"contract"}  # lets LLVM fuse multiply-adds (FMA); no reassociation
 
@@ -382,91 +383,91 @@ def dq_iq4_xs(w, r, out, i):
 # by a factory or taking a function argument.
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def rows_f32(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_f32(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def rows_f16(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_f16(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def rows_bf16(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_bf16(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def rows_q4_0(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q4_0(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def rows_q4_1(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q4_1(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def rows_q5_0(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q5_0(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def rows_q5_1(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q5_1(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def rows_q8_0(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q8_0(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def rows_q2_k(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q2_k(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def rows_q3_k(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q3_k(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def rows_q4_k(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q4_k(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def rows_q5_k(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q5_k(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def rows_q6_k(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_q6_k(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def rows_iq4_nl(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_iq4_nl(w, ids[i], out, i)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def rows_iq4_xs(w, ids, out):
     for i in prange(ids.shape[0]):
         dq_iq4_xs(w, ids[i], out, i)

@@ -14,12 +14,13 @@ import numpy as np
 from numba import njit
 
 from .simd import f32x8_add, f32x8_div, f32x8_exp, f32x8_mul, f32x8_splat, load_f32, store_f32
+from .threading_layer import NOGIL
 
 SQRT_2_OVER_PI = np.float32(0.7978845608028654)
 GELU_COEF_A = np.float32(0.044715)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=NOGIL)
 def rope_neox(x, cos, sin):  # x: float32 [n_tok, n_head, head_dim] in place; cos, sin [n_tok, half]
     n_tok, n_head, _ = x.shape
     half = cos.shape[1]
@@ -31,7 +32,7 @@ def rope_neox(x, cos, sin):  # x: float32 [n_tok, n_head, head_dim] in place; co
                 x[t, h, half + i] = a * sin[t, i] + b * cos[t, i]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=NOGIL)
 def rope_norm(x, cos, sin):  # adjacent pairs x[2i], x[2i + 1]
     n_tok, n_head, _ = x.shape
     half = cos.shape[1]
@@ -64,11 +65,11 @@ def _logistic_times(x, k, out):
         out[i] = v / (np.float32(1) + np.exp(-z))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=NOGIL)
 def silu_1d(x, out):  # float32 [n]
     _logistic_times(x, 0, out)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=NOGIL)
 def gelu_tanh_1d(x, out):  # float32 [n]
     _logistic_times(x, 1, out)

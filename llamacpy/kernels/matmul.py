@@ -34,6 +34,7 @@ from .simd import (f16_pair, f32x8_fma, f32x8_half_sums, f32x8_mul, f32x8_splat,
                    f32x8_zero, fma_vec, hi_lo, i8_scale_pairs, load_f32, load_i8_words,
                    load_i16, load_nibble_words, load_w16, madd, prefetch, store_f32, vadd, vand,
                    vmul, vsar, vshl, vshr, vsub)
+from .threading_layer import NOGIL
 
 MULTI_FASTMATH = {"contract", "reassoc"}  # reassoc lets LLVM vectorise the dot-product reductions
 # float32 tile of dequantized rows handed to sgemm. Few, large tiles: with several threads each
@@ -83,37 +84,37 @@ def _float_rows(w, X, Y, chunks, decode_row):
             _float_dots(buf, X, Y, r)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=MULTI_FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=MULTI_FASTMATH)
 def multi_f16(w, X, Y, chunks):
     _float_rows(w, X, Y, chunks, dq_f16)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=MULTI_FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=MULTI_FASTMATH)
 def multi_bf16(w, X, Y, chunks):
     _float_rows(w, X, Y, chunks, dq_bf16)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=MULTI_FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=MULTI_FASTMATH)
 def multi_q5_1(w, X, Y, chunks):
     _float_rows(w, X, Y, chunks, dq_q5_1)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=MULTI_FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=MULTI_FASTMATH)
 def multi_q2_k(w, X, Y, chunks):
     _float_rows(w, X, Y, chunks, dq_q2_k)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=MULTI_FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=MULTI_FASTMATH)
 def multi_q3_k(w, X, Y, chunks):
     _float_rows(w, X, Y, chunks, dq_q3_k)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=MULTI_FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=MULTI_FASTMATH)
 def multi_q5_k(w, X, Y, chunks):
     _float_rows(w, X, Y, chunks, dq_q5_k)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=MULTI_FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=MULTI_FASTMATH)
 def multi_iq4_xs(w, X, Y, chunks):
     _float_rows(w, X, Y, chunks, dq_iq4_xs)
 
@@ -356,37 +357,37 @@ def _int_rows(w, X, Y, chunks, kind):
                     Y[t, r] += f32x8_sum(m)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q8_0(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_Q8_0)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q5_0(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_Q5_0)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_iq4_nl(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_IQ4_NL)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q4_0(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_Q4_0)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q4_1(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_Q4_1)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q4_k(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_Q4_K)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q6_k(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_Q6_K)
 

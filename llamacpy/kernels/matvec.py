@@ -37,6 +37,7 @@ from .simd import (bytes_f32, f16_pair, f16_rows, f32x8_add, f32x8_fma, f32x8_mu
                    load_nibble_words, load_u32, load_w16, madd, prefetch, sbytes_f32, vadd, vand,
                    vor, vsar, vshl, vshr, vsub, vxor, bit_bytes, load_nibbles,
                    shuffle_bytes)
+from .threading_layer import NOGIL
 
 PREFETCH = 4096  # bytes ahead of the current position in the row stream (about 1 us at DRAM speed)
 QMAX = np.float32(32767)  # int16 activations: x / scale in [-32767, 32767]
@@ -66,7 +67,7 @@ def _block_sums(x, size):
 # ---------------------------------------------------------------------------------- plain floats
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_f16(w, x, y):  # w: uint16 [rows, n] (fp16 bits)
     rows, n = w.shape
     for r in prange(rows):
@@ -80,7 +81,7 @@ def matvec_f16(w, x, y):  # w: uint16 [rows, n] (fp16 bits)
         y[r] = s
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_bf16(w, x, y):  # w: uint16 [rows, n] (bf16 bits: the top half of a float32)
     rows, n = w.shape
     for r in prange(rows):
@@ -98,7 +99,7 @@ def matvec_bf16(w, x, y):  # w: uint16 [rows, n] (bf16 bits: the top half of a f
 # ------------------------------------------------------------------------ 32-weight block types
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_q5_1(w, x, y):
     rows, nb = w.shape[0], w.shape[1] // 24
     xs = _block_sums(x, 32)
@@ -121,7 +122,7 @@ def matvec_q5_1(w, x, y):
 # ------------------------------------------------------------------ 256-weight k-quant blocks
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_q2_k(w, x, y):
     rows, nb = w.shape[0], w.shape[1] // 84
     xs = _block_sums(x, 16)
@@ -146,7 +147,7 @@ def matvec_q2_k(w, x, y):
         y[r] = _sum32(acc) - corr
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_q3_k(w, x, y):
     rows, nb = w.shape[0], w.shape[1] // 110
     xs = _block_sums(x, 16)
@@ -197,7 +198,7 @@ def _k4_min_dot(w, r, o, xs, s0):
     return m
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_q5_k(w, x, y):
     rows, nb = w.shape[0], w.shape[1] // 176
     xs = _block_sums(x, 32)
@@ -213,7 +214,7 @@ def matvec_q5_k(w, x, y):
         y[r] = _sum32(acc) - corr
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_iq4_xs(w, x, y):
     rows, nb = w.shape[0], w.shape[1] // 136
     grid = IQ4_NL_GRID
@@ -393,22 +394,22 @@ def _scaled_rows(w, x, y, kind):
             y[r3] = f32x8_sum(a3)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_q8_0(w, x, y):
     _scaled_rows(w, x, y, KIND_Q8_0)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_q5_0(w, x, y):
     _scaled_rows(w, x, y, KIND_Q5_0)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_iq4_nl(w, x, y):
     _scaled_rows(w, x, y, KIND_IQ4_NL)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_q4_0(w, x, y):
     _scaled_rows(w, x, y, KIND_Q4_0)
 
@@ -424,7 +425,7 @@ def _q4_1_dot(w, r, o, xq, b):
                 madd(vand(vshr(v, 8), 15), load_i16(xq, 32 * b + 16)))
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_q4_1(w, x, y):
     # y = sum_b d_b * dx_b * (q . xq)_b + m_b * sum(x_b); four rows per pass, as for Q8_0
     rows, nb = w.shape[0], w.shape[1] // 20
@@ -483,7 +484,7 @@ def _high_nibbles_dot(v, xq, i):
     return vadd(even, madd(vshr(v, 12), load_i16(xq, i + 16)))
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_q4_k(w, x, y):
     # y = sum over sub-blocks s of d * sc_s * dx_s * (q . xq)_s - dmin * sum_s m_s * sum(x_s)
     rows, nb = w.shape[0], w.shape[1] // 144
@@ -536,7 +537,7 @@ def _q6_k_half(w, r, o, h, xq, xd, s0, scale, acc):
     return fma_vec(p, f32x8_mul(lane_pairs(scale, 3), ld(xd, s0 + 3)), acc)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_q6_k(w, x, y):
     # q = ql | qh << 4 in 0..63; the -32 offset comes out as 32 * sum_s d * sc_s * sum(x_s)
     rows, nb = w.shape[0], w.shape[1] // 210

@@ -10,9 +10,10 @@ import numpy as np
 from numba import njit
 
 from .dequant import ld, ld2
+from .threading_layer import NOGIL
 
 
-@njit(cache=True, nogil=True, fastmath={"contract", "reassoc"})
+@njit(cache=True, nogil=NOGIL, fastmath={"contract", "reassoc"})
 def rms_norm_rows(x, weight, eps, out):  # x, out: float32 [rows, d]; weight: float32 [d]
     rows, d = x.shape
     for r in range(rows):

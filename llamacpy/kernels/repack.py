@@ -17,6 +17,7 @@ from ..quants.legacy import high_bits, low_high_nibbles
 from .dequant import IQ4_NL_GRID, call_kernel, ld2, st2
 from .matvec import iq4_nl_bytes, q5_0_bytes
 from .simd import store_w16
+from .threading_layer import NOGIL
 
 REPACKABLE = (GGMLType.Q5_0, GGMLType.IQ4_NL)
 
@@ -32,12 +33,12 @@ def _repack_rows(w, out, q5):
             store_w16(out, r, p + 2, q5_0_bytes(w, r, o) if q5 else iq4_nl_bytes(w, r, o))
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def repack_q5_0(w, out):  # w: uint8 [rows, 22 * nb] -> out: uint8 [rows, 34 * nb]
     _repack_rows(w, out, True)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def repack_iq4_nl(w, out):  # w: uint8 [rows, 18 * nb] -> out: uint8 [rows, 34 * nb]
     _repack_rows(w, out, False)
 

@@ -30,3 +30,34 @@ def test_thread_started_later_gets_the_count():
         set_threads(before)
     assert seen[False] == numba.config.NUMBA_NUM_THREADS  # why the server must apply it
     assert seen[True] == 1
+
+
+def test_kernels_in_two_threads_at_once():
+    """With the GIL released (kernels/threading_layer.py) two threads run parallel kernels at the
+    same time, as the server's engine and a request thread may: each gets its own results, and
+    the layer numba picked is a thread-safe one (workqueue would abort the process)."""
+    import numpy as np
+
+    from llamacpy.format.constants import GGMLType
+    from llamacpy.kernels import matmul
+    from llamacpy.kernels.threading_layer import NOGIL
+    from llamacpy.quants import quantize
+
+    rng = np.random.default_rng(0)
+    w = quantize(rng.standard_normal((512, 640)).astype(np.float32), GGMLType.Q8_0)
+    xs = [rng.standard_normal((n, 640)).astype(np.float32) for n in (1, 4, 1, 4)]
+    want = [matmul(w, GGMLType.Q8_0, x) for x in xs]
+    got: dict[int, list] = {}
+
+    def worker(i: int) -> None:
+        got[i] = [matmul(w, GGMLType.Q8_0, xs[i]) for _ in range(200)]
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, runs in got.items():
+        assert all(np.array_equal(r, want[i]) for r in runs)
+    if NOGIL:
+        assert numba.threading_layer() in ("tbb", "omp")
