@@ -451,26 +451,10 @@ vmul = _int_binop("mul", "a * b lane-wise, the low half of each product (integer
 
 
 @intrinsic
-def i16_halves(typingctx, a, b):
-    """I16x16 [a] * 8 + [b] * 8 from two integers (truncated to 16 bits): per-16-weight scales
-    laid over a word vector whose lanes 0-7 and 8-15 fall in different sub-blocks."""
-    if not (isinstance(a, types.Integer) and isinstance(b, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        v8 = ir.VectorType(I16, 8)
-        lo, hi = (_splat(builder, builder.trunc(context.cast(builder, v, t, types.int32), I16),
-                         v8) for v, t in zip(args, sig.args))
-        return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(I32, 16),
-                                                          list(range(16))))
-
-    return I16x16(a, b), codegen
-
-
-@intrinsic
 def i8_scale_pairs(typingctx, w, r, o):
     """Four I16x16 from the 8 int8 bytes s = w[r, o:o + 8]: vector k is [s[2k]] * 8 +
-    [s[2k + 1]] * 8, i16_halves of each pair from one load (Q6_K's scales, four blocks apart)."""
+    [s[2k + 1]] * 8, per-16-weight scales laid over a word vector whose lanes 0-7 and 8-15 fall
+    in different sub-blocks (Q6_K's scales of four blocks, from one load)."""
     if not _is_array(w, 2, *UINT8):
         return None
     retty = types.UniTuple(I16x16, 4)

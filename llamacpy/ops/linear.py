@@ -17,8 +17,9 @@ class Linear:
 
     The weight stays a zero-copy uint8 view [rows, row_bytes] of the mapped file unless
     `repack_q8_0` is set: Q5_0 and IQ4_NL blocks are then rewritten once as Q8_0 (exact: the same
-    results bit for bit for one token, to float32 rounding for several; 1.5-1.9x the bytes; the decode kernels run ~1.3x (Q5_0) and ~1.1x
-    (IQ4_NL) faster per thread on it, ~5% of a Gemma 3 270M decode step).
+    results bit for bit for one token, to float32 rounding for several; 1.5-1.9x the bytes; the
+    decode kernels run ~1.3x (Q5_0) and ~1.1x (IQ4_NL) faster per thread on it, ~5% of a Gemma 3
+    270M decode step).
     """
 
     def __init__(self, tensor: GGUFTensor, repack_q8_0: bool = False):

@@ -74,7 +74,7 @@ def test_one_row_per_sequence_matches_each_alone(shape, n_swa):
     if not attend_seqs(q, k_all, v_all, seqs, pos, n_swa, 0.125, out):
         assert d_k % 8 or d_v % 8  # only the scalar kernel's head sizes are refused
         return
-    for i, (s, p) in enumerate(zip(seqs, pos)):
+    for i, s in enumerate(seqs):
         ref = attend_reference(q[i : i + 1], k_all[s], v_all[s], pos[i : i + 1], n_swa, 0.125)
         assert np.abs(out[i] - ref[0]).max() < 2e-6 * np.abs(ref).max() + 1e-6
 

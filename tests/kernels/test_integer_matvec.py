@@ -102,18 +102,19 @@ def test_direct_kernels_match_the_q8_0_repack(name, n_tokens):
     """Q5_0 / IQ4_NL read in place give the floats of their Q8_0 repack: exactly for one token
     (the same integers per lane, the same scales), and to float32 rounding for several, where
     the Q8_0 kernel groups a block's products into lanes in byte order (the block sums are the
-    same integers): turning repacking off changes no decoded token's logits at all."""
+    same integers): turning repacking off changes no one-token decode step at all."""
     w = synth_blocks(name, 37, 512, seed=n_tokens)
     packed = repack_as_q8_0(w, GGMLType[name])
     X = activations(512 * n_tokens, n_tokens).reshape(n_tokens, 512)
-    assert_same_up_to_rounding(matmul(w, GGMLType[name], X), matmul(packed, GGMLType.Q8_0, X))
+    assert_same_up_to_rounding(matmul(w, GGMLType[name], X), matmul(packed, GGMLType.Q8_0, X),
+                               name)
 
 
-def assert_same_up_to_rounding(direct: np.ndarray, packed: np.ndarray) -> None:
+def assert_same_up_to_rounding(direct: np.ndarray, packed: np.ndarray, label: str) -> None:
     if direct.shape[0] == 1:
-        assert np.array_equal(direct, packed)
+        assert np.array_equal(direct, packed), label
     else:  # eight int32 lanes per block converted separately: a few ulps of the row's size
-        assert np.abs(direct - packed).max() <= 1e-6 * np.abs(packed).max()
+        assert np.abs(direct - packed).max() <= 1e-6 * np.abs(packed).max(), label
 
 
 @pytest.mark.slow
@@ -128,7 +129,7 @@ def test_direct_kernels_match_the_repack_on_real_tensors(real_models):
         for n_tok in (1, 4):
             X = activations(t.ne[0] * n_tok, n_tok).reshape(n_tok, -1)
             assert_same_up_to_rounding(matmul(w, t.ggml_type, X),
-                                       matmul(packed, GGMLType.Q8_0, X))
+                                       matmul(packed, GGMLType.Q8_0, X), label)
     assert "Q5_0" in seen
 
 

@@ -1,4 +1,5 @@
-"""-t reaches kernels run in threads started later (numba keeps the thread count per thread)."""
+"""Kernels and threads: -t reaches kernels run in threads started later (numba keeps the thread
+count per thread), and kernels run from several threads at once stay correct."""
 
 from __future__ import annotations
 
