@@ -28,12 +28,12 @@ from ..format.constants import GGMLType
 from .dequant import (FASTMATH, ROW_KERNELS, call_kernel, dq_bf16, dq_f16, dq_iq4_xs, dq_q2_k,
                       dq_q3_k, dq_q5_1, dq_q5_k, ld, ld2, output_array, row_length,
                       weight_view)
-from .matvec import (PREFETCH, _block_sums, _k4_scales_mins, iq4_nl_bytes, matvec, q5_0_bytes,
-                     quantize_i16)
-from .simd import (f16_pair, f32x8_fma, f32x8_half_sums, f32x8_mul, f32x8_splat, f32x8_sum,
-                   f32x8_zero, fma_vec, hi_lo, i8_scale_pairs, load_f32, load_i8_words,
-                   load_i16, load_nibble_words, load_w16, madd, prefetch, store_f32, vadd, vand,
-                   vmul, vsar, vshl, vshr, vsub)
+from .matvec import PREFETCH, QMAX, _block_sums, _k4_scales_mins, iq4_nl_bytes, matvec, q5_0_bytes
+from .simd import (f16_pair, f32x8_abs, f32x8_add, f32x8_fma, f32x8_half_sums, f32x8_hmax,
+                   f32x8_max, f32x8_mul, f32x8_splat, f32x8_sum, f32x8_zero, fma_vec, hi_lo,
+                   i8_scale_pairs, load_f32, load_f32_even, load_f32_odd, load_i8_words,
+                   load_i16, load_nibble_words, load_w16, madd, prefetch, store_f32,
+                   store_rounded_i16, vadd, vand, vmul, vsar, vshl, vshr, vsub)
 from .threading_layer import NOGIL
 
 MULTI_FASTMATH = {"contract", "reassoc"}  # reassoc lets LLVM vectorise the dot-product reductions
@@ -126,19 +126,30 @@ KIND_Q8_0, KIND_Q4_1, KIND_Q4_K, KIND_Q6_K, KIND_Q5_0, KIND_IQ4_NL, KIND_Q4_0 = 
 
 
 @njit(inline="always")
-def _pair_source(m, h, e, natural):
-    """Where in a block's quantize_i16 output (16 even positions, then 16 odd) the word e of
-    token h's half of quarter-vector m comes from (see _pair_activations)."""
+def _block_chunks(x, o, natural):
+    """Block x[o:o + 32] as four F32x8 chunks: in order with `natural`, else the 16 values at even
+    positions, then the 16 at odd ones (quantize_i16's order)."""
     if natural:
-        pos = (8 * (m + h) + e) % 32
-        return pos // 2 if pos % 2 == 0 else 16 + pos // 2
-    if m == 0:
-        return 8 * h + e
-    if m == 1:
-        return 8 * (1 - h) + 16 * h + e
-    if m == 2:
-        return 16 + 8 * h + e
-    return 24 - 24 * h + e
+        return load_f32(x, o), load_f32(x, o + 8), load_f32(x, o + 16), load_f32(x, o + 24)
+    return load_f32_even(x, o), load_f32_even(x, o + 16), load_f32_odd(x, o), \
+        load_f32_odd(x, o + 16)
+
+
+@njit(inline="always")
+def _quantize_block_half(xp, i, x, o, h, natural):
+    """Token h's half of one block's four quarter-vectors (row i of xp [pairs * blocks, 64]):
+    chunk k of the block goes to quarter (k - h) mod 4, so that over the four quarters the two
+    halves meet all 32 weights. Quantized as quantize_i16 does; returns the block's scale."""
+    c0, c1, c2, c3 = _block_chunks(x, o, natural)
+    amax = f32x8_hmax(f32x8_max(f32x8_max(f32x8_abs(c0), f32x8_abs(c1)),
+                                f32x8_max(f32x8_abs(c2), f32x8_abs(c3))))
+    total = f32x8_sum(f32x8_add(f32x8_add(c0, c1), f32x8_add(c2, c3)))
+    if total != total:  # a NaN (or inf - inf) is kept, as in quantize_i16
+        amax = np.float32(np.nan)
+    inv = QMAX / amax if amax > 0 else np.float32(0)
+    for k, c in enumerate((c0, c1, c2, c3)):
+        store_rounded_i16(xp, i, 16 * ((k + 4 - h) % 4) + 8 * h, f32x8_mul(c, inv))
+    return amax / QMAX
 
 
 @njit(inline="always")
@@ -157,24 +168,22 @@ def _pair_activations(X, natural, sums):
     nb = n // 32
     nbp = (nb + 7) // 8 * 8
     npairs = (T + 1) // 2
-    xp = np.empty(npairs * n * 2, np.int16)
+    xp = np.empty((npairs * nb, 64), np.int16)
     xd2 = np.empty(npairs * nb * 8, np.float32)
     xs = np.zeros(T * nbp if sums else 0, np.float32)
     for t in range(T):
-        q, d = quantize_i16(X[t])  # per block: 16 even positions, then 16 odd ones
+        x = X[t]
         if sums:
-            xs[nbp * t : nbp * t + nb] = _block_sums(X[t], 32)
+            xs[nbp * t : nbp * t + nb] = _block_sums(x, 32)
         p, hi = t // 2, t % 2
         for k in range(2 - hi if t == T - 1 else 1):  # an odd T's last token fills both halves
             h = hi + k
             for b in range(nb):
-                o, i, j = 32 * b, 64 * (nb * p + b), 8 * (nb * p + b)
-                for m in range(4):  # each token's 32 words go to 4 quarter-vectors
-                    for e in range(8):
-                        xp[i + 16 * m + 8 * h + e] = q[o + _pair_source(m, h, e, natural)]
+                i, j = nb * p + b, 8 * (nb * p + b)
+                d = _quantize_block_half(xp, i, x, 32 * b, h, natural)
                 for e in range(4):
-                    xd2[j + 4 * h + e] = d[b]
-    return xp, xd2, xs, nbp
+                    xd2[j + 4 * h + e] = d
+    return xp.reshape(-1), xd2, xs, nbp
 
 
 @njit(inline="always")

@@ -128,6 +128,27 @@ load_i32 = _loader_1d(types.int32, I32x8, "a[i:i + 8] of an int32 array.")
 load_f32 = _loader_1d(types.float32, F32x8, "a[i:i + 8] of a float32 array.")
 
 
+def _parity_loader(first: int, doc: str):
+    """An intrinsic reading 8 alternate lanes of a[i:i + 16] (a 1-D float32 array)."""
+    def typer(typingctx, a, i):
+        if not _is_array(a, 1, types.float32):
+            return None
+
+        def codegen(context, builder, sig, args):
+            ptr = _item_ptr(context, builder, sig.args[0], args[0], args[1:], sig.args[1:])
+            return _lanes(builder, _load(builder, ptr, ir.VectorType(F32, 16)),
+                          list(range(first, 16, 2)))
+
+        return F32x8(a, i), codegen
+
+    typer.__doc__ = doc
+    return intrinsic(typer)
+
+
+load_f32_even = _parity_loader(0, "F32x8 [a[i], a[i + 2], ..., a[i + 14]] of a float32 array.")
+load_f32_odd = _parity_loader(1, "F32x8 [a[i + 1], a[i + 3], ..., a[i + 15]] of a float32 array.")
+
+
 @intrinsic
 def load_w16(typingctx, w, r, o):
     """The 32 bytes w[r, o:o + 32] as 16 little-endian words."""
@@ -282,6 +303,41 @@ def store_i16(typingctx, a, i, v):
         return context.get_dummy_value()
 
     return types.none(a, i, v), codegen
+
+
+@intrinsic
+def store_rounded_i16(typingctx, a, r, c, v):
+    """a[r, c:c + 8] = the lanes of v rounded to the nearest integer (ties to even, as np.rint)
+    as int16, for a 2-D int16 array; the lanes must lie within [-32768, 32767]."""
+    if not (_is_array(a, 2, types.int16) and v == F32x8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        vt = _vt(F32x8)
+        rint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt]),
+                                              "llvm.rint.v8f32")
+        q = builder.trunc(builder.fptosi(builder.call(rint, [args[3]]), ir.VectorType(I32, 8)),
+                          ir.VectorType(I16, 8))
+        _store(builder, q, _item_ptr(context, builder, sig.args[0], args[0], args[1:3],
+                                     sig.args[1:3]))
+        return context.get_dummy_value()
+
+    return types.none(a, r, c, v), codegen
+
+
+@intrinsic
+def f32x8_abs(typingctx, a):
+    """|a| lane-wise."""
+    if a != F32x8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        vt = _vt(F32x8)
+        fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt]),
+                                              "llvm.fabs.v8f32")
+        return builder.call(fabs, [args[0]])
+
+    return F32x8(a), codegen
 
 
 @intrinsic

@@ -7,7 +7,7 @@ import numpy as np
 from ..format.constants import GGMLType
 from ..format.reader import GGUFTensor
 from ..kernels.dequant import call_kernel, dequantize_rows, weight_view
-from ..kernels.matmul import matmul
+from ..kernels.matmul import MULTI_KERNELS, SMALL_BATCH, SMALL_BATCH_BY_TYPE, matmul, row_chunks
 from ..kernels.matvec import MATVEC_KERNELS, matvec
 from ..kernels.repack import REPACKABLE, repack_as_q8_0
 
@@ -36,6 +36,9 @@ class Linear:
         # one-token fast path: the kernel and its weight view, looked up once
         self._matvec = MATVEC_KERNELS.get(self.ggml_type)
         self._weight_view = weight_view(self.weight, self.ggml_type)
+        # few-token fast path (the server's batched decode): matmul()'s small-batch kernel
+        self._multi = MULTI_KERNELS.get(self.ggml_type)
+        self._multi_max = SMALL_BATCH_BY_TYPE.get(self.ggml_type, SMALL_BATCH)
 
     def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """x float32 [..., in_features] -> float32 [..., out_features]."""
@@ -46,6 +49,8 @@ class Linear:
             raise ValueError(f"{self.name}: out must be C-contiguous")
         if x.size == self.in_features and self._matvec is not None:
             return self._one_token(x, out)
+        if x.ndim == 2 and 0 < x.shape[0] <= self._multi_max and self._multi is not None:
+            return self._few_tokens(x, out)
         if x.ndim == 1:
             return matvec(self.weight, self.ggml_type, x, out)
         flat = x.reshape(-1, self.in_features)
@@ -60,6 +65,16 @@ class Linear:
             raise ValueError(f"{self.name}: out must be float32 with {self.out_features} values")
         x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
         call_kernel(self._matvec, self._weight_view, x, y.reshape(-1))
+        return y
+
+    def _few_tokens(self, x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+        """A few tokens [T, in] straight to the multi-token kernel, as `_one_token` does."""
+        shape = (x.shape[0], self.out_features)
+        y = np.empty(shape, np.float32) if out is None else out
+        if y.dtype != np.float32 or y.shape != shape:
+            raise ValueError(f"{self.name}: out must be float32 {shape}")
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        call_kernel(self._multi, self._weight_view, x, y, row_chunks(self.out_features))
         return y
 
     def __repr__(self) -> str:

@@ -89,6 +89,29 @@ def test_exact_in_representable_activations(name, rows):
 
 
 @pytest.mark.parametrize("name", INTEGER_TYPES)
+@pytest.mark.parametrize("n_tokens", [2, 3, 4, 5])
+def test_several_tokens_exact_in_representable_activations(name, n_tokens):
+    """The multi-token kernels quantize each token's blocks as quantize_i16 does (here exactly),
+    whatever their place in the pairs of tokens."""
+    n = 512
+    w = synth_blocks(name, 37, n, seed=n_tokens)
+    X = np.stack([representable_activations(n, 10 * n_tokens + t) for t in range(n_tokens)])
+    W = reference(w, name, n)
+    Y = matmul(w, GGMLType[name], X)
+    bound = np.abs(X.astype(np.float64)) @ np.abs(W).T
+    assert np.all(np.abs(Y - X.astype(np.float64) @ W.T) <= 2e-6 * bound)
+
+
+@pytest.mark.parametrize("name", INTEGER_TYPES)
+def test_nan_in_one_token_gives_nan_in_its_outputs_only(name):
+    w = synth_blocks(name, 6, 256)
+    X = activations(3 * 256, 3).reshape(3, 256)
+    X[1, 7] = np.nan
+    Y = matmul(w, GGMLType[name], X)
+    assert np.isnan(Y[1]).all() and np.isfinite(Y[[0, 2]]).all()
+
+
+@pytest.mark.parametrize("name", INTEGER_TYPES)
 def test_nan_activation_gives_nan(name):
     w = synth_blocks(name, 6, 256)
     x = activations(256, 2)
