@@ -152,6 +152,8 @@ class Sampler:
 
     def sample(self, logits: np.ndarray) -> int:
         """A token id for one row of logits (n_vocab,); `cur` keeps the final candidates."""
+        if self._greedy_steps is not None and all(_inert(s) for s in self._greedy_steps):
+            return self._argmax(logits)  # nothing changes the logits: skip the copy
         cur = Candidates.from_logits(logits)
         if self._greedy_steps is None:
             for step in self.steps:
@@ -168,6 +170,15 @@ class Sampler:
         cur.take(np.array([int(np.argmax(cur.logits))]))
         cur.probs, cur.selected = np.ones(1, dtype=F32), 0
         self.steps[-1].rng.uniform_double()  # dist draws once per token in llama.cpp too
+
+    def _argmax(self, logits: np.ndarray) -> int:
+        """`_sample_greedy` when its steps change nothing: the top logit, read in place."""
+        logits = np.asarray(logits).reshape(-1)
+        top = int(np.argmax(logits))
+        self.cur = Candidates(np.array([top], np.int32), logits[top : top + 1].astype(F32),
+                              np.ones(1, dtype=F32), selected=0)
+        self.steps[-1].rng.uniform_double()
+        return top
 
     def prime(self, tokens: Iterable[int]) -> None:
         """Accept the prompt's tokens (the server's common_sampler_accept(..., false) loop)."""
@@ -242,3 +253,12 @@ def _tokenizer_breakers(tokenizer: Any, breakers: Sequence[str]) -> dict:
 def _first_zero(p: np.ndarray) -> int:
     zero = p == 0
     return int(np.argmax(zero)) if zero.any() else len(p)
+
+
+def _inert(step: Step) -> bool:
+    """Whether a step before greedy selection leaves the logits as they are this time."""
+    if isinstance(step, Penalties):
+        return step.disabled
+    if isinstance(step, Dry):
+        return not step.enabled or len(step.last_tokens) <= step.allowed_length
+    return False  # logit bias

@@ -57,15 +57,18 @@ def test_top_indices_orders_ties_by_index():
     assert top_indices(big, 4).tolist() == [5, 200_000, 0, 1]
 
 
-def test_greedy_is_argmax_and_keeps_rng_aligned():
-    """temperature <= 0 takes the fast path; it picks what the full chain picks and advances
-    the dist RNG like llama.cpp's dist does."""
-    params = SamplingParams(temperature=0.0, seed=3, repeat_penalty=1.3)
+@pytest.mark.parametrize("repeat_penalty", [1.3, 1.0])
+def test_greedy_is_argmax_and_keeps_rng_aligned(repeat_penalty):
+    """temperature <= 0 takes the fast path (with no penalty, an argmax over the logits in place);
+    it picks what the full chain picks and advances the dist RNG like llama.cpp's dist does."""
+    params = SamplingParams(temperature=0.0, seed=3, repeat_penalty=repeat_penalty)
     fast, full = Sampler(params), Sampler(params)
     full._greedy_steps = None
     for i in range(5):
         logits = logits_for(5000, i)
+        before = logits.copy()
         token = fast.sample(logits)
+        assert np.array_equal(logits, before)
         assert token == full.sample(logits)
         assert fast.probs(3)[0].id == token and fast.probs(3)[0].p == 1.0
         fast.accept(token)
