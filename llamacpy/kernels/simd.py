@@ -430,6 +430,19 @@ def f16_pair(typingctx, w, r, o):
 
 
 @intrinsic
+def f16_bits(typingctx, x):
+    """The fp16 bit pattern (uint16) of float32 x, rounded to nearest even as numpy's
+    astype(float16) rounds (vcvtps2ph with F16C)."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), I16)
+
+    return types.uint16(x), codegen
+
+
+@intrinsic
 def f16_rows(typingctx, w, r0, r1, r2, r3, o):
     """F32x8 whose lanes 0-3 are the fp16 at byte o of rows r0..r3 (lanes 4-7 zero): four rows'
     block scales in one conversion (vmovd, three vpinsrw, vcvtph2ps; no false dependency)."""
