@@ -31,9 +31,10 @@ from .dequant import (FASTMATH, ROW_KERNELS, call_kernel, dq_bf16, dq_f16, dq_iq
 from .matvec import PREFETCH, QMAX, _block_sums, _k4_scales_mins, iq4_nl_bytes, matvec, q5_0_bytes
 from .simd import (f16_pair, f32x8_abs, f32x8_add, f32x8_fma, f32x8_half_sums, f32x8_hmax,
                    f32x8_max, f32x8_mul, f32x8_splat, f32x8_sum, f32x8_zero, fma_vec, hi_lo,
-                   i8_scale_pairs, load_f32, load_f32_even, load_f32_odd, load_i8_words,
-                   load_i16, load_nibble_words, load_w16, madd, prefetch, store_f32,
-                   store_rounded_i16, vadd, vand, vmul, vsar, vshl, vshr, vsub)
+                   i16_splats, i8_scale_pairs, load_f32, load_f32_bytes, load_f32_even,
+                   load_f32_odd, load_i8_words, load_i16, load_nibble_words, load_w16, madd,
+                   prefetch, store_f32, store_rounded_i16, vadd, vand, vmul, vsar, vshl, vshr,
+                   vsub)
 from .threading_layer import NOGIL
 
 MULTI_FASTMATH = {"contract", "reassoc"}  # reassoc lets LLVM vectorise the dot-product reductions
@@ -123,6 +124,7 @@ def multi_iq4_xs(w, X, Y, chunks):
 
 # constants once the kernels are inlined
 KIND_Q8_0, KIND_Q4_1, KIND_Q4_K, KIND_Q6_K, KIND_Q5_0, KIND_IQ4_NL, KIND_Q4_0 = range(7)
+KIND_Q6_K_BYTES = 7  # Q6_K as repack.repack_q6_k_bytes lays it out
 
 
 @njit(inline="always")
@@ -209,6 +211,10 @@ def _block_quants(w, r, b, kind, gs):
         o = 34 * b + 2
         va, vc = load_i8_words(w, r, o), load_i8_words(w, r, o + 16)
         return va, hi_lo(va, vc), vc, hi_lo(vc, va)
+    if kind == KIND_Q6_K_BYTES:  # the halves times their scales (|sc (q - 32)| <= 4096)
+        va = vmul(load_i8_words(w, r, 32 * b), gs[0])
+        vc = vmul(load_i8_words(w, r, 32 * b + 16), gs[1])
+        return va, hi_lo(va, vc), vc, hi_lo(vc, va)
     v1, v3 = _even_odd(w, r, b, kind, gs)
     return v1, hi_lo(v1, v3), v3, hi_lo(v3, v1)
 
@@ -260,6 +266,8 @@ def _block_group(kind):
 def _group_scales(w, r, g, kind):
     """Q6_K: the int8 scales of group g's four blocks (the half g & 1 of super-block g >> 1), as
     `_block_quants` multiplies them in; the other kinds ignore it (a load LLVM drops)."""
+    if kind == KIND_Q6_K_BYTES:  # block g's two int16 scales
+        return i16_splats(w, r, 32 * (w.shape[1] // 40) + 4 * g)
     o = 210 * (g >> 1) + 192 + 8 * (g & 1) if kind == KIND_Q6_K else 0
     return i8_scale_pairs(w, r, o)
 
@@ -288,6 +296,12 @@ def _block_scales(w, r, ws, wm, kind):
             sc, m = _k4_scales_mins(w, r, o + 4)
             store_f32(ws, 8 * sb, f32x8_mul(sc, d))
             store_f32(wm, 8 * sb, f32x8_mul(m, -dmin))
+    elif kind == KIND_Q6_K_BYTES:
+        nb = w.shape[1] // 40
+        for o in range(0, 40 * nb, 64):
+            prefetch(w, r, o + PREFETCH)
+        for k in range(nb // 8):
+            store_f32(ws, 8 * k, load_f32_bytes(w, r, 36 * nb + 32 * k))
     else:
         for sb in range(w.shape[1] // 210):
             o = 210 * sb
@@ -342,7 +356,8 @@ def _int_rows(w, X, Y, chunks, kind):
     """Y = X @ W^T for an integer kind: rows in `chunks` parallel chunks, each row's scales
     decoded once, then its blocks once per two pairs of tokens."""
     has_mins = kind == KIND_Q4_1 or kind == KIND_Q4_K
-    xp, xd2, xs, nbp = _pair_activations(X, kind == KIND_Q8_0, has_mins)
+    natural = kind == KIND_Q8_0 or kind == KIND_Q6_K_BYTES  # bytes in weight order
+    xp, xd2, xs, nbp = _pair_activations(X, natural, has_mins)
     rows, T, nb = w.shape[0], X.shape[0], X.shape[1] // 32
     npairs = (T + 1) // 2
     for c in prange(chunks):
@@ -399,6 +414,12 @@ def multi_q4_k(w, X, Y, chunks):
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q6_k(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_Q6_K)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def multi_q6_k_bytes(w, X, Y, chunks):
+    """Q6_K repacked by repack.repack_q6_k_bytes (w: uint8 [rows, 40 * nb])."""
+    _int_rows(w, X, Y, chunks, KIND_Q6_K_BYTES)
 
 
 MULTI_KERNELS = {

@@ -156,6 +156,32 @@ def load_w16(typingctx, w, r, o):
 
 
 @intrinsic
+def load_f32_bytes(typingctx, w, r, o):
+    """F32x8: the 32 bytes w[r, o:o + 32] as 8 little-endian float32."""
+    return (F32x8(w, r, o), _load_codegen(F32x8)) if _is_array(w, 2, *UINT8) else None
+
+
+@intrinsic
+def i16_splats(typingctx, w, r, o):
+    """Four I16x16 from the two int16 a, b at bytes o, o + 2 of row r: [a] * 16, [b] * 16, and
+    the same two again (the shape `_group_scales` returns)."""
+    if not _is_array(w, 2, *UINT8):
+        return None
+    retty = types.UniTuple(I16x16, 4)
+
+    def codegen(context, builder, sig, args):
+        ptr = builder.bitcast(_item_ptr(context, builder, sig.args[0], args[0], args[1:],
+                                        sig.args[1:]), I16.as_pointer())
+        # two scalar loads: each splat becomes one vpbroadcastw from memory
+        a = builder.load(ptr, align=1)
+        b = builder.load(builder.gep(ptr, [ir.Constant(I32, 1)]), align=1)
+        va, vb = _splat(builder, a, _vt(I16x16)), _splat(builder, b, _vt(I16x16))
+        return context.make_tuple(builder, retty, [va, vb, va, vb])
+
+    return retty(w, r, o), codegen
+
+
+@intrinsic
 def load_i8_words(typingctx, w, r, o):
     """I16x16: the 16 bytes w[r, o:o + 16] as int8, sign-extended (one vpmovsxbw from memory)."""
     if not _is_array(w, 2, *UINT8):

@@ -7,19 +7,22 @@ import numpy as np
 from ..format.constants import GGMLType
 from ..format.reader import GGUFTensor
 from ..kernels.dequant import call_kernel, dequantize_rows, weight_view
-from ..kernels.matmul import MULTI_KERNELS, SMALL_BATCH, SMALL_BATCH_BY_TYPE, matmul, row_chunks
+from ..kernels.matmul import (MULTI_KERNELS, SMALL_BATCH, SMALL_BATCH_BY_TYPE, matmul,
+                               multi_q6_k_bytes, row_chunks)
 from ..kernels.matvec import MATVEC_KERNELS, matvec
-from ..kernels.repack import REPACKABLE, repack_as_q8_0
+from ..kernels.repack import REPACKABLE, repack_as_q8_0, repack_q6_k_bytes
 
 
 class Linear:
     """y = W x for a 2-D GGUF weight W [out_features, in_features] (ggml ne = (in, out)).
 
     The weight stays a zero-copy uint8 view [rows, row_bytes] of the mapped file unless
-    `repack_q8_0` is set: Q5_0 and IQ4_NL blocks are then rewritten once as Q8_0 (exact: the same
-    results bit for bit for one token, to float32 rounding for several; 1.5-1.9x the bytes; the
-    decode kernels run ~1.3x (Q5_0) and ~1.1x (IQ4_NL) faster per thread on it, ~5% of a Gemma 3
-    270M decode step).
+    `repack_q8_0` is set (llama-server with --parallel > 1): Q5_0 and IQ4_NL blocks are then
+    rewritten once as Q8_0 (exact: the same results bit for bit for one token, to float32 rounding
+    for several; 1.5-1.9x the bytes; the decode kernels run ~1.3x (Q5_0) and ~1.1x (IQ4_NL)
+    faster per thread on it, ~5% of a Gemma 3 270M decode step), and Q6_K gets a copy in bytes
+    for the few-token kernel (repack_q6_k_bytes: 1.5x the bytes, ~2x faster at 4 tokens) while one
+    token still reads the file's blocks.
     """
 
     def __init__(self, tensor: GGUFTensor, repack_q8_0: bool = False):
@@ -39,6 +42,9 @@ class Linear:
         # few-token fast path (the server's batched decode): matmul()'s small-batch kernel
         self._multi = MULTI_KERNELS.get(self.ggml_type)
         self._multi_max = SMALL_BATCH_BY_TYPE.get(self.ggml_type, SMALL_BATCH)
+        self._multi_weight = self._weight_view
+        if repack_q8_0 and self.ggml_type == GGMLType.Q6_K:
+            self._multi, self._multi_weight = multi_q6_k_bytes, repack_q6_k_bytes(self.weight)
 
     def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """x float32 [..., in_features] -> float32 [..., out_features]."""
@@ -74,7 +80,7 @@ class Linear:
         if y.dtype != np.float32 or y.shape != shape:
             raise ValueError(f"{self.name}: out must be float32 {shape}")
         x = np.ascontiguousarray(x, dtype=np.float32)
-        call_kernel(self._multi, self._weight_view, x, y, row_chunks(self.out_features))
+        call_kernel(self._multi, self._multi_weight, x, y, row_chunks(self.out_features))
         return y
 
     def __repr__(self) -> str:

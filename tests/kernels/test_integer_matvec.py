@@ -15,12 +15,15 @@ from numba import njit
 
 from llamacpy.format.constants import GGMLType
 from llamacpy.kernels import matmul, matvec, simd
-from llamacpy.kernels.repack import repack_as_q8_0
+from llamacpy.kernels.repack import repack_as_q8_0, repack_q6_k_bytes
 from llamacpy.kernels.matvec import quantize_i16_reference
+
+from llamacpy.ops.linear import Linear
 
 from .test_matvec import real_matrices, reference, synth_blocks
 
 mv = importlib.import_module("llamacpy.kernels.matvec")  # the module, not the re-exported function
+mm = importlib.import_module("llamacpy.kernels.matmul")
 
 INTEGER_TYPES = ["Q8_0", "Q5_0", "IQ4_NL", "Q4_0", "Q4_1", "Q4_K", "Q6_K"]
 REPACKABLE = ["Q5_0", "IQ4_NL"]
@@ -154,6 +157,54 @@ def test_direct_kernels_match_the_repack_on_real_tensors(real_models):
             assert_same_up_to_rounding(matmul(w, t.ggml_type, X),
                                        matmul(packed, GGMLType.Q8_0, X), label)
     assert "Q5_0" in seen
+
+
+def dequantize_q6_k_bytes(packed: np.ndarray) -> np.ndarray:
+    """The weights of a repack_q6_k_bytes matrix, as the Q6_K reference computes them."""
+    rows, nb = packed.shape[0], packed.shape[1] // 40
+    q = packed[:, : 32 * nb].view(np.int8).reshape(rows, 2 * nb, 16).astype(np.float32)
+    sc = packed[:, 32 * nb : 36 * nb].copy().view(np.int16).reshape(rows, 2 * nb, 1)
+    d = packed[:, 36 * nb :].copy().view(np.float32).repeat(2, axis=1)[:, :, None]
+    return ((d * sc.astype(np.float32)) * q).reshape(rows, -1)
+
+
+def test_q6_k_bytes_repack_holds_the_same_weights():
+    w = synth_blocks("Q6_K", 37, 1024, seed=4)
+    packed = repack_q6_k_bytes(w)
+    assert packed.shape == (37, 40 * 32)
+    assert np.array_equal(dequantize_q6_k_bytes(packed), reference(w, "Q6_K", 1024))
+
+
+@pytest.mark.parametrize("n_tokens", [2, 3, 4, 5, 8])
+def test_q6_k_bytes_kernel_matches_the_direct_one(n_tokens):
+    """The same integer products per block as multi_q6_k, grouped into lanes in byte order."""
+    w = synth_blocks("Q6_K", 37, 512, seed=n_tokens)
+    X = activations(512 * n_tokens, n_tokens).reshape(n_tokens, 512)
+    Y = np.full((n_tokens, 37), np.nan, np.float32)
+    mm.multi_q6_k_bytes(repack_q6_k_bytes(w), X, Y, 1)
+    assert_same_up_to_rounding(Y, matmul(w, GGMLType.Q6_K, X), "Q6_K bytes")
+
+
+def test_linear_reads_the_q6_k_bytes_for_few_tokens_only():
+    """A repacking Linear: one token from the file's Q6_K blocks (bit for bit what a plain Linear
+    gives), a few tokens from the bytes copy."""
+    tensor = FakeTensor(synth_blocks("Q6_K", 37, 512, seed=9), GGMLType.Q6_K, 512)
+    plain, packed = Linear(tensor), Linear(tensor, repack_q8_0=True)
+    assert packed.weight is not packed._multi_weight and packed.ggml_type == GGMLType.Q6_K
+    X = activations(512 * 4, 4).reshape(4, 512)
+    assert np.array_equal(packed(X[0]), plain(X[0]))
+    assert_same_up_to_rounding(packed(X), plain(X), "Linear Q6_K")
+
+
+class FakeTensor:
+    """What Linear reads of a GGUFTensor."""
+
+    def __init__(self, blocks: np.ndarray, ggml_type: GGMLType, n: int):
+        self.name, self.ggml_type, self._blocks = "w", ggml_type, blocks
+        self.ne = (n, blocks.shape[0])
+
+    def blocks(self) -> np.ndarray:
+        return self._blocks
 
 
 # -------------------------------------------------------------------------- the SIMD values
