@@ -43,8 +43,11 @@ MULTI_FASTMATH = {"contract", "reassoc"}  # reassoc lets LLVM vectorise the dot-
 SCRATCH_BYTES = 16 << 20
 SMALL_BATCH = 8  # up to this many tokens the multi_* kernels beat dequantize + sgemm ...
 # ... and for the integer kernels up to these (crossovers measured on Gemma 3 270M and
-# Qwen2.5-Coder-0.5B layers, 1 thread: Q8_0 between 24 and 32 tokens, Q6_K between 8 and 16)
-SMALL_BATCH_BY_TYPE = {GGMLType.Q8_0: 24, GGMLType.Q5_0: 16, GGMLType.IQ4_NL: 16}
+# Qwen2.5-Coder-0.5B layers, 1 thread: Q8_0 between 24 and 32 tokens, Q4_K about 20, Q6_K 12-16,
+# Q6_K in bytes (repack.repack_q6_k_bytes) 24-32)
+SMALL_BATCH_BY_TYPE = {GGMLType.Q8_0: 24, GGMLType.Q5_0: 16, GGMLType.IQ4_NL: 16,
+                       GGMLType.Q4_K: 16, GGMLType.Q6_K: 12}
+SMALL_BATCH_Q6_K_BYTES = 24
 
 
 # ------------------------------------------------------------- float rows: the other types

@@ -7,8 +7,8 @@ import numpy as np
 from ..format.constants import GGMLType
 from ..format.reader import GGUFTensor
 from ..kernels.dequant import call_kernel, dequantize_rows, weight_view
-from ..kernels.matmul import (MULTI_KERNELS, SMALL_BATCH, SMALL_BATCH_BY_TYPE, matmul,
-                               multi_q6_k_bytes, row_chunks)
+from ..kernels.matmul import (MULTI_KERNELS, SMALL_BATCH, SMALL_BATCH_BY_TYPE,
+                               SMALL_BATCH_Q6_K_BYTES, matmul, multi_q6_k_bytes, row_chunks)
 from ..kernels.matvec import MATVEC_KERNELS, matvec
 from ..kernels.repack import REPACKABLE, repack_as_q8_0, repack_q6_k_bytes
 
@@ -21,7 +21,7 @@ class Linear:
     rewritten once as Q8_0 (exact: the same results bit for bit for one token, to float32 rounding
     for several; 1.5-1.9x the bytes; the decode kernels run ~1.3x (Q5_0) and ~1.1x (IQ4_NL)
     faster per thread on it, ~5% of a Gemma 3 270M decode step), and Q6_K gets a copy in bytes
-    for the few-token kernel (repack_q6_k_bytes: 1.5x the bytes, ~2x faster at 4 tokens) while one
+    for the few-token kernel (repack_q6_k_bytes: 1.5x the bytes, ~1.4x faster at 4 tokens) while one
     token still reads the file's blocks.
     """
 
@@ -45,6 +45,7 @@ class Linear:
         self._multi_weight = self._weight_view
         if repack_q8_0 and self.ggml_type == GGMLType.Q6_K:
             self._multi, self._multi_weight = multi_q6_k_bytes, repack_q6_k_bytes(self.weight)
+            self._multi_max = SMALL_BATCH_Q6_K_BYTES
 
     def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """x float32 [..., in_features] -> float32 [..., out_features]."""
