@@ -21,8 +21,8 @@ class Linear:
     rewritten once as Q8_0 (exact: the same results bit for bit for one token, to float32 rounding
     for several; 1.5-1.9x the bytes; the decode kernels run ~1.3x (Q5_0) and ~1.1x (IQ4_NL)
     faster per thread on it, ~5% of a Gemma 3 270M decode step), and Q6_K gets a copy in bytes
-    for the few-token kernel (repack_q6_k_bytes: 1.5x the bytes, ~1.4x faster at 4 tokens) while one
-    token still reads the file's blocks.
+    for the few-token kernel (repack_q6_k_bytes: 1.5x the bytes, ~1.4x faster at 4 tokens)
+    while one token still reads the file's blocks.
     """
 
     def __init__(self, tensor: GGUFTensor, repack_q8_0: bool = False):
