@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.kv_store import f32, store_rows_f16, store_span_f16
+from ..kernels.kv_store import store_rows_f16
 
 
 class ContextFullError(ValueError):
@@ -53,18 +53,15 @@ class KVCache:
     def store(self, layer: int, seq: int, pos0: int, k: np.ndarray, v: np.ndarray) -> None:
         """Write float32 k [n, n_head_kv, d_k] and v at positions pos0.. of `seq`."""
         n = k.shape[0]
-        if self.k[layer].dtype == np.uint16 and self.v[layer].dtype == np.uint16:
-            store_span_f16(self.k[layer], self.v[layer], seq, pos0, f32(k), f32(v))
-            return
-        self.k[layer][seq, pos0 : pos0 + n] = to_cache(k, self.k[layer].dtype)
-        self.v[layer][seq, pos0 : pos0 + n] = to_cache(v, self.v[layer].dtype)
+        self.store_rows(layer, np.full(n, seq), np.arange(pos0, pos0 + n), k, v)
 
     def store_rows(self, layer: int, seqs: np.ndarray, positions: np.ndarray, k: np.ndarray,
                    v: np.ndarray) -> None:
         """Row i of k [n, n_head_kv, d_k] and v at position positions[i] of sequence seqs[i]
-        (one row per sequence: the server's decode step)."""
+        (the server's decode step: one row per sequence; `store`: a run of one sequence)."""
         if self.k[layer].dtype == np.uint16 and self.v[layer].dtype == np.uint16:
-            store_rows_f16(self.k[layer], self.v[layer], seqs, positions, f32(k), f32(v))
+            store_rows_f16(self.k[layer], self.v[layer], seqs, positions,
+                           np.asarray(k, np.float32), np.asarray(v, np.float32))
             return
         self.k[layer][seqs, positions] = to_cache(k, self.k[layer].dtype)
         self.v[layer][seqs, positions] = to_cache(v, self.v[layer].dtype)

@@ -3,7 +3,6 @@ layer (numpy's astype(float16) and fancy-index assignment cost ~10 us a call, fo
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 from .simd import f16_bits
@@ -24,15 +23,3 @@ def store_rows_f16(k_cache, v_cache, seqs, positions, k, v):
     for i in range(k.shape[0]):
         _store_row(k_cache, seqs[i], positions[i], k, i)
         _store_row(v_cache, seqs[i], positions[i], v, i)
-
-
-@njit(cache=True, nogil=NOGIL)
-def store_span_f16(k_cache, v_cache, seq, pos0, k, v):
-    """Rows of k, v at positions pos0, pos0 + 1, ... of one sequence."""
-    for i in range(k.shape[0]):
-        _store_row(k_cache, seq, pos0 + i, k, i)
-        _store_row(v_cache, seq, pos0 + i, v, i)
-
-
-def f32(x: np.ndarray) -> np.ndarray:
-    return x if x.dtype == np.float32 else x.astype(np.float32)

@@ -133,9 +133,14 @@ class Dry:
         if self.enabled:
             self.last_tokens.append(token)
 
+    @property
+    def idle(self) -> bool:
+        """Whether the next call leaves the logits alone (off, or too short a history)."""
+        return not self.enabled or len(self.last_tokens) <= self.allowed_length
+
     def __call__(self, cur: Candidates) -> None:
         """llama_sampler_dry_apply."""
-        if not self.enabled or len(self.last_tokens) <= self.allowed_length:
+        if self.idle:
             return
         rev = list(reversed(self.last_tokens))  # rev[i] is ring_buffer.rat(i)
         rep_limit = self._rep_limit(rev)

@@ -260,5 +260,5 @@ def _inert(step: Step) -> bool:
     if isinstance(step, Penalties):
         return step.disabled
     if isinstance(step, Dry):
-        return not step.enabled or len(step.last_tokens) <= step.allowed_length
+        return step.idle
     return False  # logit bias
