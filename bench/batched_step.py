@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--no-repack", action="store_true")
     args = ap.parse_args()
 
-    from llamacpy.engine.batch import Batch, concat
+    from llamacpy.memory.batch import Batch, concat
     from llamacpy.engine.context import Context
     from llamacpy.format import open_gguf
     from llamacpy.hub import resolve_model

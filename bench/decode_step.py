@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=512, help="prompt length before the steps")
     args = ap.parse_args()
 
-    from llamacpy.engine.batch import Batch
+    from llamacpy.memory.batch import Batch
     from llamacpy.engine.context import Context
     from llamacpy.format import open_gguf
     from llamacpy.hub import resolve_model

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine.batch import Batch
+from ..memory.batch import Batch
 from ..engine.context import Context
 from ..format import open_gguf
 from ..hub import resolve_model

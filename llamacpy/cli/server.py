@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from ..engine.kv_cache import cache_dtype
+from ..memory.kv_cache import cache_dtype
 from ..hub import resolve_model
 from ..kernels import apply_threads_here, set_threads
 from ..sampling import SamplingParams

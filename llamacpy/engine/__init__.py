@@ -1,1 +1,1 @@
-"""The engine: batches, the KV cache, and the context that runs a model over them."""
+"""The engine: contexts that run a model over batches, prompts, one sequence's generation and the scheduler that batches many."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .batch import Batch
-from .kv_cache import KVCache
+from ..memory.batch import Batch
+from ..memory.kv_cache import KVCache
 
 
 class Context:

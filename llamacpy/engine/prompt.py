@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .batch import Batch
+from ..memory.batch import Batch
 
 
 def image_key(data: bytes) -> int:

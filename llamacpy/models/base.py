@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from gguf.constants import Keys
 
-from ..engine.batch import Batch, Segment
-from ..engine.kv_cache import KVCache
+from ..memory.batch import Batch, Segment
+from ..memory.kv_cache import KVCache
 from ..format import GGUFError, GGUFFile
 from ..ops.attention import attend_segment, attend_seqs
 from ..ops.linear import Linear, get_rows

@@ -14,7 +14,7 @@ from dataclasses import replace
 import numpy as np
 from gguf.constants import Keys
 
-from ..engine.batch import Batch
+from ..memory.batch import Batch
 from ..format import GGUFFile
 from ..ops.activations import gelu_tanh
 from ..ops.norm import rms_norm

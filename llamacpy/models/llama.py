@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.batch import Batch
-from ..engine.kv_cache import KVCache
+from ..memory.batch import Batch
+from ..memory.kv_cache import KVCache
 from ..format import GGUFFile
 from ..ops.activations import silu
 from ..ops.linear import Linear

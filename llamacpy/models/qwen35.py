@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 from gguf.constants import Keys
 
-from ..engine.batch import Batch, Segment
-from ..engine.hybrid_cache import HybridCache, Snapshot
+from ..memory.batch import Batch, Segment
+from ..memory.hybrid_cache import HybridCache, Snapshot
 from ..format import GGUFError, GGUFFile
 from ..kernels.delta_net import conv1d, delta_rule_chunked, delta_rule_recurrent, gates
 from ..ops.activations import silu

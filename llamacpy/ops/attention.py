@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.batch import Segment
+from ..memory.batch import Segment
 from ..kernels.attention import attend, attend_seqs, to_f32
 
 __all__ = ["attend_non_causal", "attend_segment", "attend_seqs"]

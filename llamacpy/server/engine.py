@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine.batch import Batch, concat
+from ..memory.batch import Batch, concat
 from ..engine.context import Context
 from ..engine.generate import common_prefix, release_text
 from ..engine.prompt import Prompt, rope_position, text_batch

@@ -96,7 +96,7 @@ class ServerState:
 
     def warm_up(self) -> None:
         """One short decode so the kernels are loaded before the first request (as llama.cpp)."""
-        from ..engine.batch import Batch
+        from ..memory.batch import Batch
 
         ctx = self.engine.ctx
         ctx.decode(Batch.from_tokens([self.tokenizer.bos if self.tokenizer.bos >= 0 else 0]))

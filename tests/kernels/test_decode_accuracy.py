@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llamacpy.engine.batch import Batch
+from llamacpy.memory.batch import Batch
 from llamacpy.engine.context import Context
 from llamacpy.models import load_model
 from tests.reference.metrics import log_softmax, partition_kld

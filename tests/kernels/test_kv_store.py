@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llamacpy.engine.kv_cache import KVCache
+from llamacpy.memory.kv_cache import KVCache
 
 
 def rows(n: int, seed: int) -> np.ndarray:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llamacpy.engine.batch import Batch
+from llamacpy.memory.batch import Batch
 from llamacpy.engine.context import Context
 from llamacpy.engine.generate import SequenceState
 from llamacpy.format import open_gguf

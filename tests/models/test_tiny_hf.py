@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llamacpy.engine.batch import Batch
+from llamacpy.memory.batch import Batch
 from llamacpy.engine.context import Context
 from llamacpy.format import GGUFError, TensorToWrite, open_gguf, write_gguf
 from llamacpy.models import load_model
