@@ -48,6 +48,12 @@ class ServerConfig:
     mmproj: str | None = None  # --mmproj: the vision projector
     image_min_tokens: int = -1
     image_max_tokens: int = -1
+    warmup: bool = True  # --no-warmup skips the load-time warm-up decode
+    n_threads: int = -1  # -t: decode threads (-1: every core)
+    n_threads_batch: int = -1  # -tb: prompt-batch threads (-1: as n_threads)
+    n_threads_http: int = -1  # --threads-http: request worker threads (-1: the default pool)
+    ignore_eos: bool = False  # --ignore-eos: the default for every request
+    verbosity: int = 3  # -lv / -v (verbose: debug logs) / --log-disable (-1: no logs)
 
 
 class ServerState:
