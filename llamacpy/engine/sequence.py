@@ -1,0 +1,280 @@
+"""One sequence's generation as a state machine the scheduler steps (llama.cpp: a server_slot
+with its task): prompt prefill with prefix reuse, sampling with an optional token mask, stop
+strings with held-back text, end of generation, the thinking budget, n_probs, timings and the
+finish reason. It is the only place a generated token becomes text.
+
+A Sequence tells its caller what happens through `emit(event)`, one dict per event:
+  {"type": "token", "token", "text", "probs"[, "logits"]}: text is "" while a stop string may be
+      starting; "logits" (float32 [n_vocab], before sampling) only with Request.return_logits
+  {"type": "done", "text" (the tail held back until now), "stop_type" ("eos", "word", "limit"),
+      "stopping_word", "probs", "id_slot", "timings", "n_prompt", "n_cached", "n_decoded"}
+  {"type": "error", "message", "kind"}: the sequence failed; its request alone fails
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from ..sampling import Sampler, SamplingParams, find_stop
+from ..sampling.sampler import pre_sampling_probs
+from ..tokenizer import StreamingDetokenizer, Tokenizer
+from .context import Context
+from .prompt import Prompt, rope_position, text_batch
+
+Emit = Callable[[dict], None]
+
+
+class TokenMask(Protocol):
+    """A constraint on the next token, such as a grammar: the tokens that may come next, told
+    of every token taken; finished once nothing more may follow."""
+
+    def allowed(self) -> np.ndarray | None:  # bool [n_vocab]; None: any token
+        ...
+
+    def accept(self, token: int) -> None: ...
+
+    def is_finished(self) -> bool: ...
+
+
+@dataclass
+class Request:
+    """What one generation asks for, once its prompt is tokenized."""
+
+    prompt: Prompt  # one entry per KV cell: text tokens and images
+    params: SamplingParams = field(default_factory=SamplingParams)
+    n_predict: int = -1  # -1: until end of generation or a full context
+    stop: list[str] = field(default_factory=list)
+    ignore_eos: bool = False
+    n_probs: int = 0
+    post_sampling_probs: bool = False
+    id_slot: int = -1  # -1: the scheduler chooses
+    cache_prompt: bool = True
+    reasoning_budget: int = -1  # thinking tokens before the end of thinking is forced; -1: none
+    think_end_tokens: list[int] = field(default_factory=list)
+    starts_in_thinking: bool = False
+    token_mask: TokenMask | None = None
+    return_logits: bool = False
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    mismatch = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(mismatch[0]) if len(mismatch) else n
+
+
+def release_text(pending: str, stop: list[str]) -> tuple[str, bool]:
+    """The part of `pending` safe to emit, and whether a stop string was hit (cut before it)."""
+    if not stop:
+        return pending, False
+    index, partial = find_stop(pending, stop)
+    if index is not None:  # a full match ends here; a partial one may be starting: hold it
+        return pending[:index], not partial
+    return pending, False
+
+
+class Slot:
+    """One sequence of a context's KV cache and what its cells hold: one entry per cell (token
+    ids; image cells hold the image's key) and where images moved the rope position past the
+    cell count (`shifts`, M-RoPE models), so generated tokens get their true positions."""
+
+    def __init__(self, ctx: Context, id: int = 0):
+        self.ctx, self.id = ctx, id
+        self.tokens: list[int] = []
+        self.shifts: list[tuple[int, int]] = []  # (cell after an image, positions gained)
+        self.seq: Sequence | None = None  # the generation running here
+        self.last_used = 0.0
+
+    @property
+    def busy(self) -> bool:
+        return self.seq is not None
+
+    @property
+    def n_pos(self) -> int:
+        """The rope position of the next token."""
+        return rope_position(len(self.tokens), self.shifts)
+
+    def reuse(self, prompt: Prompt, cache_prompt: bool = True) -> int:
+        """Keep the cached prefix `prompt` shares (never part of an image, never its last
+        token, whose logits must be fresh) and forget the rest; returns the cells kept."""
+        keep = common_prefix(self.tokens, prompt.tokens) if cache_prompt else 0
+        keep = prompt.snap(min(keep, len(prompt) - 1))
+        keep = self.ctx.cache.trim(self.id, keep)  # a recurrent state may go back further
+        self.tokens, self.shifts = self.tokens[:keep], prompt.shifts
+        return keep
+
+    def evaluate(self, tokens: list[int], all_logits: bool = False) -> np.ndarray:
+        """Append text `tokens`; logits for the last (or every) new token."""
+        self.shifts = [s for s in self.shifts if s[0] <= len(self.tokens)]
+        logits = self.ctx.decode(text_batch(tokens, len(self.tokens), self.n_pos, self.id,
+                                            all_logits))
+        self.tokens.extend(int(t) for t in tokens)
+        return logits
+
+    def prefill(self, prompt: list[int] | Prompt) -> tuple[np.ndarray, int]:
+        """Reuse the cached prefix and decode the rest at once; last logits and cells reused."""
+        prompt = prompt if isinstance(prompt, Prompt) else Prompt([int(t) for t in prompt])
+        keep = self.reuse(prompt)
+        logits = self.ctx.decode(prompt.batch(keep, len(prompt), self.id))
+        self.tokens = list(prompt.tokens)
+        return logits[-1], keep
+
+    def forget(self) -> None:
+        self.tokens, self.shifts = [], []
+        self.ctx.cache.clear(self.id)
+
+
+class Sequence:
+    """One request's generation on a slot: `start`, then per step `rows` -> decode ->
+    `decoded` (and `advance` with the logits of its last row) until `finished`."""
+
+    def __init__(self, request: Request, tokenizer: Tokenizer, emit: Emit, n_ctx: int,
+                 id: int = 0):
+        self.request, self.tokenizer, self.emit, self.n_ctx, self.id = \
+            request, tokenizer, emit, n_ctx, id
+        self.sampler = Sampler(request.params, tokenizer)  # a bad sampler fails here, unqueued
+        self.slot: Slot | None = None
+        self.cancelled = self.finished = False
+        self.stop_type = ""  # "eos", "word", "limit" once finished normally
+        self.n_prompt_done = self.n_cached = self.n_decoded = 0
+        self.next_token = -1  # sampled, not yet decoded
+        self.forced: deque[int] = deque()  # tokens to take instead of sampling
+        self.n_thinking, self.thinking = 0, request.starts_in_thinking
+        self.detok = StreamingDetokenizer(tokenizer, continuation=True)
+        self.pending = ""  # text held back for a possible stop string
+        self.t_prompt = self.t_gen = 0.0
+
+    @property
+    def prompt(self) -> Prompt:
+        return self.request.prompt
+
+    @property
+    def generating(self) -> bool:
+        return self.next_token >= 0
+
+    # -- the scheduler's calls ----------------------------------------------------------------
+
+    def start(self, slot: Slot) -> None:
+        """Take `slot`, reusing the prefix its cells share with the prompt."""
+        self.slot = slot
+        slot.seq, slot.last_used = self, time.monotonic()
+        self.n_prompt_done = self.n_cached = slot.reuse(self.prompt, self.request.cache_prompt)
+        self.sampler.prime(self.prompt.text_tokens)  # image cells are not tokens
+
+    def rows(self, budget: int):
+        """(batch, cells it fills, whether its last row gives logits) for this step: the token
+        sampled last, or the next prompt chunk of at most `budget` rows (images are encoded on
+        first use; a non-causal image is never cut, so it may overrun the budget)."""
+        slot = self.slot
+        if self.generating:
+            n = len(slot.tokens)
+            batch = text_batch([self.next_token], n, rope_position(n, slot.shifts), slot.id)
+            return batch, [self.next_token], True
+        prompt, done = self.prompt, self.n_prompt_done
+        stop = prompt.chunk_end(done, min(len(prompt), done + budget))
+        last = stop == len(prompt)
+        return prompt.batch(done, stop, slot.id, last_logits=last), prompt.tokens[done:stop], last
+
+    def decoded(self, cells: list[int], seconds: float) -> None:
+        self.slot.tokens.extend(cells)
+        if self.generating:
+            self.t_gen += seconds
+        else:
+            self.t_prompt += seconds
+            self.n_prompt_done += len(cells)
+
+    def advance(self, logits: np.ndarray) -> None:
+        """Sample (or take a forced token), emit its text, and decide whether to go on."""
+        req, token = self.request, self._choose(logits)
+        self.sampler.accept(token)
+        if req.token_mask is not None:
+            req.token_mask.accept(token)
+        self.n_decoded += 1
+        probs = self._probs(logits, token) if req.n_probs or req.post_sampling_probs else None
+        if self.tokenizer.is_eog(token) and not req.ignore_eos:
+            return self.finish("eos", probs)
+        self._track_thinking(token)
+        self.pending += self.detok.feed(token)
+        released, hit = release_text(self.pending, req.stop)
+        self.pending = self.pending[len(released):]
+        event = {"type": "token", "token": token, "text": released, "probs": probs}
+        if req.return_logits:
+            event["logits"] = logits
+        self.emit(event)
+        if hit:
+            word = next((s for s in req.stop if s in self.pending), "")
+            return self.finish("word", stopping_word=word)
+        if req.token_mask is not None and req.token_mask.is_finished():
+            return self.finish("eos")
+        if 0 <= req.n_predict <= self.n_decoded or len(self.slot.tokens) + 1 >= self.n_ctx:
+            return self.finish("limit")
+        self.next_token = token
+
+    def finish(self, stop_type: str, probs: dict | None = None, stopping_word: str = "") -> None:
+        tail = "" if stop_type == "word" else self.pending + self.detok.flush()
+        self.finished, self.stop_type, self.next_token = True, stop_type, -1
+        self.emit({"type": "done", "text": tail, "stop_type": stop_type, "probs": probs,
+                   "stopping_word": stopping_word, "id_slot": self.slot.id,
+                   "timings": self.timings(), "n_prompt": len(self.prompt),
+                   "n_cached": self.n_cached, "n_decoded": self.n_decoded})
+
+    def fail(self, message: str, kind: str = "server_error") -> None:
+        if not self.finished:
+            self.finished, self.next_token = True, -1
+            self.emit({"type": "error", "message": message, "kind": kind})
+
+    # -- pieces -------------------------------------------------------------------------------
+
+    def _choose(self, logits: np.ndarray) -> int:
+        if self.forced:
+            return self.forced.popleft()
+        mask = self.request.token_mask
+        allowed = mask.allowed() if mask is not None else None
+        if allowed is not None:
+            logits = np.where(allowed[: len(logits)], logits, -np.inf).astype(np.float32)
+        return self.sampler.sample(logits)
+
+    def _track_thinking(self, token: int) -> None:
+        """Count thinking tokens; past the budget, force the end-of-thinking tokens."""
+        req = self.request
+        piece = self.tokenizer.token_to_piece(token, special=True)
+        if b"<think>" in piece:
+            self.thinking = True
+        elif b"</think>" in piece:
+            self.thinking = False
+        elif self.thinking:
+            self.n_thinking += 1
+            if 0 <= req.reasoning_budget <= self.n_thinking and not self.forced:
+                self.forced.extend(req.think_end_tokens)
+                self.thinking = False
+
+    def _probs(self, logits: np.ndarray, token: int) -> dict:
+        n = self.request.n_probs
+        if self.request.post_sampling_probs:
+            top = self.sampler.probs(n)
+            return {"p": self.sampler.token_prob(), "top": [(t.id, t.p) for t in top]}
+        p, top = pre_sampling_probs(logits, n, token)
+        return {"p": p, "top": [(t.id, t.p) for t in top]}
+
+    @property
+    def t_image(self) -> float:
+        """Seconds spent encoding this prompt's images (not part of t_prompt)."""
+        return sum(im.t_encode for im in self.prompt.images)
+
+    def timings(self) -> dict:
+        """llama.cpp's timings object; image_ms (llamacpy's own) is the images' encoding."""
+        n_prompt = self.n_prompt_done - self.n_cached
+        tp, tg = self.t_prompt * 1000, self.t_gen * 1000
+        n_gen = max(self.n_decoded - 1, 0)  # the first token came from the prompt's logits
+        return {"cache_n": self.n_cached, "prompt_n": n_prompt, "prompt_ms": tp,
+                "image_ms": self.t_image * 1000,
+                "prompt_per_token_ms": tp / n_prompt if n_prompt else 0.0,
+                "prompt_per_second": n_prompt * 1000 / tp if tp else 0.0,
+                "predicted_n": self.n_decoded, "predicted_ms": tg,
+                "predicted_per_token_ms": tg / n_gen if n_gen else 0.0,
+                "predicted_per_second": n_gen * 1000 / tg if tg else 0.0}
