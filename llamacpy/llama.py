@@ -35,7 +35,8 @@ class Llama:
                  n_ubatch: int = 512, n_threads: int | None = None,
                  n_threads_batch: int | None = None, seed: int = LLAMA_DEFAULT_SEED,
                  vocab_only: bool = False, logits_all: bool = False, verbose: bool = True,
-                 chat_format: str | None = None, repack: bool = False, **kwargs: Any):
+                 chat_format: str | None = None, repack: bool = False, type_k: str = "f16",
+                 type_v: str = "f16", **kwargs: Any):
         self.model_path, self.verbose, self.seed = str(model_path), verbose, seed
         self._file = open_gguf(model_path)
         self.metadata = {k: str(v) for k, v in self._file.metadata.items()
@@ -50,7 +51,9 @@ class Llama:
         self._model = None if vocab_only else load_model(self._file, repack=repack)
         if self._model is not None:
             self._n_ctx = n_ctx or self._model.args.n_ctx_train
-            self._ctx = Context(self._model, n_ctx=self._n_ctx, n_ubatch=min(n_ubatch, n_batch))
+            self._ctx = Context(self._model, n_ctx=self._n_ctx, n_ubatch=min(n_ubatch, n_batch),
+                                type_k=type_k, type_v=type_v, n_threads=n_threads,
+                                n_threads_batch=n_threads_batch)
             self._seq = SequenceState(self._ctx)
             # as llama-cpp-python: rows only for logits_all (pages are touched only when written)
             rows = self._n_ctx if logits_all else n_batch

@@ -1,23 +1,29 @@
 """Command-line flags with llama.cpp's names, defined once for every tool (common/arg.cpp).
 
-Each flag may also come from its LLAMA_ARG_* environment variable. Flags llama.cpp has but
-llamacpy does not support yet are recognised and answered with one line saying so, never
-silently dropped.
+Each flag may also come from its LLAMA_ARG_* environment variable. Every flag a tool accepts takes
+effect in that tool (tests/cli/test_flags.py walks them all). A llama.cpp flag that llamacpy does
+not support, or a setting it cannot honour (-nocb, --no-jinja), ends the tool with one line on
+stderr and exit status 2, as argparse does for a bad flag: a script that relies on the flag must
+know it did not take effect.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
+import warnings
 from dataclasses import dataclass
+
+from ..sampling import SamplingParams
 
 
 @dataclass(frozen=True)
 class Flag:
     names: tuple[str, ...]
     dest: str
-    type: type | None = str  # None: a switch (store_true)
+    type: object = str  # None: a switch (store_const); list: repeatable (append)
     default: object = None
     env: str | None = None
     help: str = ""
@@ -28,6 +34,11 @@ class Flag:
 def f(*names, dest, type=str, default=None, env=None, help="", tools=("cli", "server"),
       const=True) -> Flag:
     return Flag(tuple(names), dest, type, default, env, help, tools, const)
+
+
+def semicolon_list(value: str) -> list[str]:
+    """--samplers top_k;top_p;temperature"""
+    return [v for v in value.split(";") if v]
 
 
 SWITCH = None
@@ -42,15 +53,22 @@ FLAGS = [
       env="LLAMA_ARG_N_PREDICT", help="tokens to predict (-1 = until end of generation)"),
     f("-b", "--batch-size", dest="batch_size", type=int, default=2048, env="LLAMA_ARG_BATCH"),
     f("-ub", "--ubatch-size", dest="ubatch_size", type=int, default=512, env="LLAMA_ARG_UBATCH"),
-    f("-t", "--threads", dest="threads", type=int, default=-1, env="LLAMA_ARG_THREADS"),
-    f("-tb", "--threads-batch", dest="threads_batch", type=int, default=-1),
+    f("-t", "--threads", dest="threads", type=int, default=-1, env="LLAMA_ARG_THREADS",
+      help="threads for single-token steps (-1: every core)"),
+    f("-tb", "--threads-batch", dest="threads_batch", type=int, default=-1,
+      help="threads for prompt batches, every decode of more than one token (-1: as -t)"),
     f("-ngl", "--gpu-layers", "--n-gpu-layers", dest="n_gpu_layers", default="0",
       env="LLAMA_ARG_N_GPU_LAYERS", help="GPU layers: llamacpy runs on the CPU"),
     f("-dev", "--device", dest="device", env="LLAMA_ARG_DEVICE", help="only 'none' (CPU)"),
-    f("--jinja", dest="jinja", type=SWITCH, default=True, env="LLAMA_ARG_JINJA"),
-    f("--no-jinja", dest="jinja", type=SWITCH, const=False),
+    f("--jinja", dest="jinja", type=SWITCH, default=True, env="LLAMA_ARG_JINJA",
+      help="chat templates are always rendered with Jinja"),
+    f("--no-jinja", dest="jinja", type=SWITCH, const=False,
+      help="refused: llamacpy has no non-Jinja template engine"),
     f("--chat-template", dest="chat_template", env="LLAMA_ARG_CHAT_TEMPLATE"),
     f("--chat-template-file", dest="chat_template_file", env="LLAMA_ARG_CHAT_TEMPLATE_FILE"),
+    f("--warmup", dest="warmup", type=SWITCH, default=True,
+      help="run a warm-up decode at load (default)"),
+    f("--no-warmup", dest="warmup", type=SWITCH, const=False, help="skip the warm-up decode"),
     # prompt and conversation (llama-cli)
     f("-p", "--prompt", dest="prompt", tools=("cli",)),
     f("-f", "--file", dest="file", tools=("cli",)),
@@ -60,14 +78,24 @@ FLAGS = [
       tools=("cli",)),
     f("-st", "--single-turn", dest="single_turn", type=SWITCH, default=False, tools=("cli",)),
     f("-r", "--reverse-prompt", dest="reverse_prompt", tools=("cli",)),
-    f("--ignore-eos", dest="ignore_eos", type=SWITCH, default=False),
-    # sampling
+    f("--ignore-eos", dest="ignore_eos", type=SWITCH, default=False,
+      help="generate past end-of-generation tokens (llama-server: every request's default)"),
+    # sampling (common_params_sampling; None: SamplingParams' default)
+    f("--samplers", dest="samplers", type=semicolon_list,
+      help="samplers in order, separated by ';' (default: penalties;dry;top_n_sigma;top_k;"
+           "typ_p;top_p;min_p;xtc;temperature)"),
+    f("--sampling-seq", "--sampler-seq", dest="samplers",
+      help="the sampler order as characters (default: edskypmxt)"),
     f("-s", "--seed", dest="seed", type=int, default=-1),
     f("--temp", "--temperature", dest="temp", type=float, default=0.8,
       env="LLAMA_ARG_TEMPERATURE"),
     f("--top-k", dest="top_k", type=int, default=40, env="LLAMA_ARG_TOP_K"),
     f("--top-p", dest="top_p", type=float, default=0.95, env="LLAMA_ARG_TOP_P"),
     f("--min-p", dest="min_p", type=float, default=0.05, env="LLAMA_ARG_MIN_P"),
+    f("--top-nsigma", dest="top_n_sigma", type=float, help="top-n-sigma (-1.0 = disabled)"),
+    f("--xtc-probability", dest="xtc_probability", type=float,
+      help="XTC probability (0.0 = disabled)"),
+    f("--xtc-threshold", dest="xtc_threshold", type=float, help="XTC threshold (default: 0.1)"),
     f("--typical", "--typical-p", dest="typical_p", type=float, default=1.0),
     f("--repeat-last-n", dest="repeat_last_n", type=int, default=64),
     f("--repeat-penalty", dest="repeat_penalty", type=float, default=1.0,
@@ -76,9 +104,25 @@ FLAGS = [
       env="LLAMA_ARG_PRESENCE_PENALTY"),
     f("--frequency-penalty", dest="frequency_penalty", type=float, default=0.0,
       env="LLAMA_ARG_FREQUENCY_PENALTY"),
+    f("--dry-multiplier", dest="dry_multiplier", type=float,
+      help="DRY multiplier (0.0 = disabled)"),
+    f("--dry-base", dest="dry_base", type=float, help="DRY base, at least 1.0 (default: 1.75)"),
+    f("--dry-allowed-length", dest="dry_allowed_length", type=int,
+      help="DRY allowed length (default: 2)"),
+    f("--dry-penalty-last-n", dest="dry_penalty_last_n", type=int,
+      help="tokens DRY scans (0 = disabled, -1 = context size)"),
+    f("--dry-sequence-breaker", dest="dry_sequence_breakers", type=list,
+      help="a DRY sequence breaker, repeatable; the first replaces the defaults (\\n : \" *); "
+           "'none' for no breakers"),
+    f("--dynatemp-range", dest="dynatemp_range", type=float,
+      help="dynamic temperature range (0.0 = disabled)"),
+    f("--dynatemp-exp", dest="dynatemp_exponent", type=float,
+      help="dynamic temperature exponent (default: 1.0)"),
     f("--mirostat", dest="mirostat", type=int, default=0),
     f("--mirostat-lr", dest="mirostat_eta", type=float, default=0.1),
     f("--mirostat-ent", dest="mirostat_tau", type=float, default=5.0),
+    f("-l", "--logit-bias", dest="logit_bias", type=list,
+      help="TOKEN_ID(+/-)BIAS, repeatable: 15043+1 raises token 15043, 15043-inf bans it"),
     f("-ctk", "--cache-type-k", dest="cache_type_k", default="f16",
       env="LLAMA_ARG_CACHE_TYPE_K", help="KV cache type for K: f16 or f32"),
     f("-ctv", "--cache-type-v", dest="cache_type_v", default="f16",
@@ -106,6 +150,14 @@ FLAGS = [
     f("--no-slots", dest="slots", type=SWITCH, const=False, tools=("server",)),
     f("-to", "--timeout", dest="timeout", type=int, default=600, env="LLAMA_ARG_TIMEOUT",
       tools=("server",), help="seconds an idle connection is kept open"),
+    f("--threads-http", dest="threads_http", type=int, default=-1, env="LLAMA_ARG_THREADS_HTTP",
+      tools=("server",), help="threads for request work off the event loop (-1: the default "
+                              "pool)"),
+    f("-cb", "--cont-batching", dest="cont_batching", type=SWITCH, default=True,
+      env="LLAMA_ARG_CONT_BATCHING", tools=("server",),
+      help="continuous batching: always on"),
+    f("-nocb", "--no-cont-batching", dest="cont_batching", type=SWITCH, const=False,
+      tools=("server",), help="refused: llamacpy always batches continuously"),
     f("--chat-template-kwargs", dest="chat_template_kwargs",
       env="LLAMA_ARG_CHAT_TEMPLATE_KWARGS", tools=("server",)),
     f("--reasoning-format", dest="reasoning_format", default="auto", env="LLAMA_ARG_THINK",
@@ -119,9 +171,10 @@ FLAGS = [
     # multimodal (tools/mtmd): the projector always runs on the CPU
     f("-mm", "--mmproj", dest="mmproj", env="LLAMA_ARG_MMPROJ",
       help="multimodal projector file (mmproj GGUF) for image input"),
-    f("--no-mmproj-offload", dest="mmproj_offload", type=SWITCH, const=False, default=True,
-      env="LLAMA_ARG_MMPROJ_OFFLOAD"),
-    f("--mmproj-offload", dest="mmproj_offload", type=SWITCH, default=True),
+    f("--mmproj-offload", dest="mmproj_offload", type=SWITCH, env="LLAMA_ARG_MMPROJ_OFFLOAD",
+      help="no GPU: the projector runs on the CPU (a warning says so)"),
+    f("--no-mmproj-offload", dest="mmproj_offload", type=SWITCH, const=False,
+      help="keep the projector on the CPU (where it always runs)"),
     f("-mmdev", "--mmproj-device", dest="mmproj_device", env="MTMD_BACKEND_DEVICE",
       help="only 'none' (CPU)"),
     f("--image-min-tokens", dest="image_min_tokens", type=int, default=-1,
@@ -131,14 +184,14 @@ FLAGS = [
       env="LLAMA_ARG_IMAGE_MAX_TOKENS", help="most tokens an image may take"),
     f("--image", dest="image", type=list, tools=("cli",),
       help="image file for the prompt; repeat or comma-separate for several"),
-    f("-cb", "--cont-batching", dest="cont_batching", type=SWITCH, default=True,
-      tools=("server",)),
-    f("--threads-http", dest="threads_http", type=int, default=-1, tools=("server",)),
     # logging
-    f("-v", "--verbose", "--log-verbose", dest="verbose", type=SWITCH, default=False),
+    f("-v", "--verbose", "--log-verbose", dest="verbose", type=SWITCH, default=False,
+      help="log everything (debug messages included)"),
     f("-lv", "--verbosity", "--log-verbosity", dest="verbosity", type=int, default=3,
-      env="LLAMA_ARG_LOG_VERBOSITY"),
-    f("--log-file", dest="log_file", env="LLAMA_ARG_LOG_FILE"),
+      env="LLAMA_ARG_LOG_VERBOSITY",
+      help="log threshold: 0 output, 1 errors, 2 warnings, 3 info (default), 4 debug"),
+    f("--log-disable", dest="log_disable", type=SWITCH, default=False, help="no log messages"),
+    f("--log-file", dest="log_file", env="LLAMA_ARG_LOG_FILE", help="log to this file"),
 ]
 
 # llama.cpp flags llamacpy does not support yet -> whether they take a value
@@ -149,8 +202,7 @@ NOT_SUPPORTED = {
                          "--rope-scale", "--rope-freq-base", "--rope-freq-scale", "-md",
                          "--model-draft", "--spec-type", "-ot", "--override-tensor",
                          "--override-kv", "-lm", "--load-mode", "--numa", "-sm", "--split-mode",
-                         "-ts", "--tensor-split", "-mg", "--main-gpu", "--dry-multiplier",
-                         "--xtc-probability", "-l", "--logit-bias", "--samplers", "--keep",
+                         "-ts", "--tensor-split", "-mg", "--main-gpu", "--keep",
                          "--audio", "--video", "-mmu", "--mmproj-url", "--prompt-cache",
                          "--media-path",
                          "--models-dir", "--models-preset", "--slot-save-path", "-fa",
@@ -158,14 +210,31 @@ NOT_SUPPORTED = {
                          "-gan", "-gaw", "--pooling", "--in-prefix", "--in-suffix")},
     **{k: False for k in ("--swa-full", "--context-shift", "-i", "--embedding", "--embeddings",
                           "--rerank", "--reranking",
-                          "--interactive", "-if", "--interactive-first", "--no-warmup",
+                          "--interactive", "-if", "--interactive-first",
                           "--mlock", "--no-mmap", "--check-tensors", "-e", "--escape",
                           "--mmproj-auto", "--no-mmproj", "--no-mmproj-auto")},
 }
 
+# settings a flag (or its environment variable) can ask for that llamacpy cannot honour
+REFUSED = {
+    "jinja": (False, "--no-jinja is not supported: llamacpy renders every chat template with "
+                     "Jinja"),
+    "cont_batching": (False, "-nocb / --no-cont-batching is not supported: llamacpy always "
+                             "batches continuously"),
+}
+
+LOG_INFO, LOG_DEBUG, LOG_ALL = 3, 4, sys.maxsize  # llama.cpp's -lv levels; -v logs everything
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line (no usage dump), still with status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
 
 def build_parser(tool: str, prog: str, description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
+    parser = ArgumentParser(prog=prog, description=description, allow_abbrev=False)
     for flag in FLAGS:
         if tool not in flag.tools:
             continue
@@ -173,13 +242,32 @@ def build_parser(tool: str, prog: str, description: str) -> argparse.ArgumentPar
         if flag.type is SWITCH:
             parser.add_argument(*flag.names, dest=flag.dest, action="store_const",
                                 const=flag.const, default=default, help=flag.help)
-        elif flag.type is list:  # repeatable, each value comma-separated (parse_csv_row)
+        elif flag.type is list:  # repeatable
             parser.add_argument(*flag.names, dest=flag.dest, action="append", default=default,
                                 help=flag.help)
         else:
             parser.add_argument(*flag.names, dest=flag.dest, type=flag.type, default=default,
                                 help=flag.help)
     return parser
+
+
+def parse_args(tool: str, prog: str, description: str, argv: list[str]) -> argparse.Namespace:
+    """Parse a tool's command line; unsupported flags and refused settings exit with status 2,
+    -ngl / --device / --mmproj-offload warn that everything runs on the CPU."""
+    refuse_unsupported(argv, prog)
+    args = build_parser(tool, prog, description).parse_args(argv)
+    redirect_log(args)
+    for dest, (value, message) in REFUSED.items():
+        if getattr(args, dest, None) is value:
+            fail(prog, message)
+    check_cpu_only(args, prog)
+    return args
+
+
+def fail(prog: str, message: str) -> None:
+    """End the tool with one line on stderr and argparse's status 2."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def csv_values(values: list[str] | None) -> list[str]:
@@ -197,23 +285,17 @@ def env_default(flag: Flag):
     return flag.type(raw)
 
 
-def drop_unsupported(argv: list[str], tool: str) -> list[str]:
-    """Remove flags llamacpy does not support yet, saying so once per flag on stderr."""
-    out, i = [], 0
-    while i < len(argv):
-        arg = argv[i]
+def refuse_unsupported(argv: list[str], prog: str) -> None:
+    """A llama.cpp flag llamacpy does not support ends the tool: one line, status 2."""
+    for arg in argv:
         name = arg.split("=", 1)[0]
         if name in NOT_SUPPORTED:
-            print(f"{tool}: {name} is not supported by llamacpy yet; ignoring it", file=sys.stderr)
-            i += 2 if NOT_SUPPORTED[name] and "=" not in arg else 1
-            continue
-        out.append(arg)
-        i += 1
-    return out
+            fail(prog, f"{name} is not supported by llamacpy yet")
 
 
 def check_cpu_only(args: argparse.Namespace, tool: str) -> None:
-    """-ngl N and --device X have no GPU to use: say so once and run on the CPU."""
+    """-ngl N, --device X and --mmproj-offload have no GPU to use: say so once and run on the
+    CPU (llama.cpp's CPU build does the same); -hf has no hub to reach: refuse."""
     ngl = str(getattr(args, "n_gpu_layers", "0"))
     if ngl not in ("0", "auto", "") and ngl is not None:
         print(f"{tool}: warning: no GPU available; -ngl {ngl} ignored, running on the CPU",
@@ -226,6 +308,115 @@ def check_cpu_only(args: argparse.Namespace, tool: str) -> None:
     if mmdev and mmdev.lower() not in ("none", "cpu"):
         print(f"{tool}: warning: mmproj device '{mmdev}' not available; the projector runs on "
               f"the CPU", file=sys.stderr)
+    if getattr(args, "mmproj_offload", None):
+        print(f"{tool}: warning: no GPU available; --mmproj-offload has no effect, the projector "
+              f"runs on the CPU", file=sys.stderr)
     if getattr(args, "hf_repo", None):
-        raise SystemExit(f"{tool}: error: no model hub is reachable from here; install a model "
-                         f"with `llamacpy pull NAME` and pass -m NAME")
+        fail(tool, "no model hub is reachable from here; install a model with `llamacpy pull "
+                   "NAME` and pass -m NAME")
+
+
+def redirect_log(args: argparse.Namespace) -> None:
+    """--log-file: the tool's log (stderr) goes to this file, appended."""
+    if args.log_file:
+        sys.stderr = open(args.log_file, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+
+
+def verbosity(args: argparse.Namespace) -> int:
+    """The log threshold: --log-disable -1 (nothing), -v everything, else -lv (default 3)."""
+    if args.log_disable:
+        return -1
+    return LOG_ALL if args.verbose else args.verbosity
+
+
+def cache_types(args: argparse.Namespace) -> tuple[str, str]:
+    """-ctk and -ctv, checked (ValueError naming an unsupported type)."""
+    from ..memory.kv_cache import cache_dtype
+
+    for name in (args.cache_type_k, args.cache_type_v):
+        cache_dtype(name)
+    return args.cache_type_k, args.cache_type_v
+
+
+def chat_template_text(args: argparse.Namespace) -> str | None:
+    """--chat-template-file's text, else --chat-template (a builtin name or a template)."""
+    if args.chat_template_file:
+        with open(args.chat_template_file, encoding="utf-8") as fh:
+            return fh.read()
+    return args.chat_template
+
+
+# flag dest -> SamplingParams field, for the sampling flags
+SAMPLING = {"temp": "temperature", "seed": "seed", "samplers": "samplers", "top_k": "top_k",
+            "top_p": "top_p", "min_p": "min_p", "top_n_sigma": "top_n_sigma",
+            "xtc_probability": "xtc_probability", "xtc_threshold": "xtc_threshold",
+            "typical_p": "typical_p", "repeat_last_n": "repeat_last_n",
+            "repeat_penalty": "repeat_penalty", "presence_penalty": "presence_penalty",
+            "frequency_penalty": "frequency_penalty", "dry_multiplier": "dry_multiplier",
+            "dry_base": "dry_base", "dry_allowed_length": "dry_allowed_length",
+            "dry_penalty_last_n": "dry_penalty_last_n",
+            "dry_sequence_breakers": "dry_sequence_breakers",
+            "dynatemp_range": "dynatemp_range", "dynatemp_exponent": "dynatemp_exponent",
+            "mirostat": "mirostat", "mirostat_eta": "mirostat_eta",
+            "mirostat_tau": "mirostat_tau", "logit_bias": "logit_bias"}
+
+
+def sampling_params(args: argparse.Namespace) -> SamplingParams:
+    """The sampling flags as SamplingParams (common/arg.cpp's checks; ValueError on a bad
+    value). Flags left unset keep SamplingParams' defaults."""
+    values = {field: getattr(args, dest) for dest, field in SAMPLING.items()
+              if getattr(args, dest, None) is not None}
+    values["temperature"] = max(values["temperature"], 0.0)  # as llama.cpp's --temp
+    for name in ("repeat_last_n", "dry_penalty_last_n"):
+        if values.get(name, 0) < -1:
+            raise ValueError(f"invalid --{name.replace('_', '-')} = {values[name]}")
+    if values.get("dry_base", 1.0) < 1.0:
+        raise ValueError(f"--dry-base must be at least 1.0 (got {values['dry_base']})")
+    if "dry_sequence_breakers" in values:
+        values["dry_sequence_breakers"] = sequence_breakers(values["dry_sequence_breakers"])
+    if "logit_bias" in values:
+        values["logit_bias"] = logit_biases(values["logit_bias"])
+    with warnings.catch_warnings():  # a sampler name that matches none would drop silently
+        warnings.simplefilter("error", UserWarning)
+        try:
+            return SamplingParams(**values)
+        except UserWarning as w:
+            raise ValueError(f"--samplers / --sampling-seq: {w}") from None
+
+
+def sequence_breakers(values: list[str]) -> list[str]:
+    """--dry-sequence-breaker values: they replace the defaults; "none" clears the list."""
+    out: list[str] = []
+    for value in values:
+        if value == "none":
+            out.clear()
+        else:
+            out.append(value)
+    return out
+
+
+def logit_biases(values: list[str]) -> dict[int, float]:
+    """-l TOKEN_ID(+/-)BIAS values (15043+1, 15043-1, 15043-inf); a token given twice adds up."""
+    out: dict[int, float] = {}
+    for value in values:
+        digits = len(value) - len(value.lstrip("0123456789"))
+        sign, rest = value[digits:digits + 1], value[digits + 1:]
+        try:
+            if not digits or sign not in ("+", "-"):
+                raise ValueError
+            bias = float(rest) * (-1.0 if sign == "-" else 1.0)
+        except ValueError:
+            raise ValueError(f"invalid --logit-bias '{value}' (expected TOKEN_ID(+/-)BIAS, "
+                             f"e.g. 15043+1)") from None
+        if math.isnan(bias):
+            raise ValueError(f"invalid --logit-bias '{value}'")
+        token = int(value[:digits])
+        out[token] = out.get(token, 0.0) + bias
+    return out
+
+
+def template_kwargs(args: argparse.Namespace) -> dict:
+    """-rea on|off as the chat template's enable_thinking (auto: the template's default)."""
+    if args.reasoning not in ("on", "off", "auto"):
+        raise ValueError("--reasoning must be on, off or auto")
+    return {} if args.reasoning == "auto" else {"enable_thinking": args.reasoning == "on"}

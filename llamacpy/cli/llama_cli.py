@@ -18,8 +18,9 @@ from ..engine.generate import GenerationStats, generate
 from ..engine.prompt import Prompt
 from ..hub import default_chat_template, resolve_model
 from ..llama import Llama
-from ..sampling import Sampler, SamplingParams
-from .args import build_parser, check_cpu_only, csv_values, drop_unsupported
+from ..sampling import Sampler
+from .args import (LOG_DEBUG, LOG_INFO, cache_types, chat_template_text, csv_values, parse_args,
+                   sampling_params, template_kwargs, verbosity)
 
 TOOL = "llama-cli"
 
@@ -33,6 +34,7 @@ class Totals:
     t_gen: float = 0.0
     n_images: int = 0
     t_image: float = 0.0
+    verbosity: int = LOG_INFO  # the timings are info-level messages (-lv, --log-disable)
 
     def add(self, s: GenerationStats) -> None:
         self.n_prompt += s.n_prompt - s.n_cached
@@ -42,14 +44,36 @@ class Totals:
         self.t_gen += s.t_generate
 
 
-def sampling_params(args) -> SamplingParams:
-    return SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
-                          min_p=args.min_p, typical_p=args.typical_p,
-                          repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
-                          presence_penalty=args.presence_penalty,
-                          frequency_penalty=args.frequency_penalty, mirostat=args.mirostat,
-                          mirostat_tau=args.mirostat_tau, mirostat_eta=args.mirostat_eta,
-                          seed=args.seed if args.seed >= 0 else 0xFFFFFFFF)
+def llama_kwargs(args) -> dict:
+    """The Llama(...) keyword arguments the flags ask for (ValueError for a bad cache type)."""
+    type_k, type_v = cache_types(args)
+    return {"n_ctx": args.ctx_size, "n_batch": args.batch_size, "n_ubatch": args.ubatch_size,
+            "n_threads": args.threads if args.threads > 0 else None,
+            "n_threads_batch": args.threads_batch if args.threads_batch > 0 else None,
+            "type_k": type_k, "type_v": type_v, "repack": bool(args.repack),
+            "verbose": verbosity(args) >= LOG_DEBUG}
+
+
+def warm_up(llm: Llama) -> None:
+    """llama.cpp's warm-up (common_init_from_params): decode BOS and EOS as a batch, then one
+    token (the batch and the single-token kernels), and forget them, so the first prompt's
+    timing holds no kernel loading; --no-warmup skips it."""
+    tokens = [t for t in (llm.token_bos(), llm.token_eos()) if t >= 0] or [0, 0]
+    llm.eval(tokens)
+    llm.eval(tokens[:1])
+    llm.reset()
+
+
+def log_settings(llm: Llama, args) -> None:
+    """-v: what the flags made of the context and the sampler (llama.cpp logs these at load)."""
+    n_threads, n_threads_batch = llm._ctx.thread_counts()
+    p = sampling_params(args)
+    print(f"{TOOL}: n_ctx = {llm.n_ctx()}, n_batch = {args.batch_size}, n_ubatch = "
+          f"{args.ubatch_size}, type_k = {args.cache_type_k}, type_v = {args.cache_type_v}\n"
+          f"{TOOL}: n_threads = {n_threads}, n_threads_batch = {n_threads_batch}\n"
+          f"{TOOL}: sampler chain: {' -> '.join(p.samplers)}; seed = {p.seed}, temp = "
+          f"{p.temperature}, top_k = {p.top_k}, top_p = {p.top_p}, min_p = {p.min_p}",
+          file=sys.stderr)
 
 
 def run_turn(llm: Llama, args, prompt_tokens: list[int] | Prompt, totals: Totals) -> str:
@@ -73,10 +97,7 @@ def run_turn(llm: Llama, args, prompt_tokens: list[int] | Prompt, totals: Totals
 
 def chat_template(llm: Llama, args) -> ChatTemplate:
     """--chat-template (a builtin name or the text) or --chat-template-file, else the model's."""
-    source = args.chat_template
-    if args.chat_template_file:
-        with open(args.chat_template_file, encoding="utf-8") as fh:
-            source = fh.read()
+    source = chat_template_text(args)
     if not source:
         return llm.chat_template()
     tok = llm.tokenizer()
@@ -99,7 +120,7 @@ def conversation(llm: Llama, args, totals: Totals) -> None:
                 print()
                 return
         messages.append({"role": "user", "content": user})
-        prompt = template.render(messages, add_generation_prompt=True)
+        prompt = template.render(messages, add_generation_prompt=True, **template_kwargs(args))
         tokens = llm.tokenize(prompt.encode(), add_bos=True, special=True)
         answer = run_turn(llm, args, tokens, totals)
         print("\n")
@@ -109,6 +130,9 @@ def conversation(llm: Llama, args, totals: Totals) -> None:
 
 
 def print_timings(t: Totals) -> None:
+    if t.verbosity < LOG_INFO:
+        return
+
     def rate(n, s):
         return (s * 1000 / n if n else 0.0), (n / s if s > 0 else 0.0)
 
@@ -168,7 +192,8 @@ def image_prompt(llm: Llama, args, marker: str, n_images: int) -> str:
     text = args.prompt if marker in args.prompt else marker * n_images + args.prompt
     messages = [{"role": "system", "content": args.system_prompt}] if args.system_prompt else []
     messages.append({"role": "user", "content": text})
-    return chat_template(llm, args).render(messages, add_generation_prompt=True)
+    return chat_template(llm, args).render(messages, add_generation_prompt=True,
+                                           **template_kwargs(args))
 
 
 def read_file(path: str) -> bytes:
@@ -177,21 +202,27 @@ def read_file(path: str) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = drop_unsupported(sys.argv[1:] if argv is None else argv, TOOL)
-    args = build_parser("cli", TOOL, __doc__).parse_args(argv)
-    check_cpu_only(args, TOOL)
+    args = parse_args("cli", TOOL, __doc__, sys.argv[1:] if argv is None else argv)
     if not args.model:
         print(f"{TOOL}: error: a model is required (-m FILE or a catalogue name)", file=sys.stderr)
         return 1
     if args.file:
         with open(args.file, encoding="utf-8") as fh:
             args.prompt = fh.read()
-    totals, t0 = Totals(), time.perf_counter()
-    threads = args.threads if args.threads > 0 else None
-    llm = Llama(str(resolve_model(args.model)), n_ctx=args.ctx_size, n_batch=args.batch_size,
-                n_ubatch=args.ubatch_size, n_threads=threads, verbose=False,
-                repack=bool(args.repack))
+    try:  # every setting is checked before the model loads
+        kwargs = llama_kwargs(args)
+        sampling_params(args), template_kwargs(args)
+        model_path = str(resolve_model(args.model))
+    except (ValueError, OSError) as e:
+        print(f"{TOOL}: error: {e}", file=sys.stderr)
+        return 1
+    totals, t0 = Totals(verbosity=verbosity(args)), time.perf_counter()
+    llm = Llama(model_path, **kwargs)
+    if args.warmup:
+        warm_up(llm)
     totals.t_load = time.perf_counter() - t0
+    if totals.verbosity >= LOG_DEBUG:
+        log_settings(llm, args)
     if args.image or args.mmproj:
         return with_images(llm, args, totals)
     use_chat = args.conversation

@@ -7,16 +7,17 @@ a non-zero status and the reason. SIGINT / SIGTERM shut down cleanly.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
-from ..memory.kv_cache import cache_dtype
 from ..hub import resolve_model
 from ..kernels import apply_threads_here, set_threads
-from ..sampling import SamplingParams
-from .args import build_parser, check_cpu_only, drop_unsupported
+from .args import (LOG_DEBUG, LOG_INFO, cache_types, chat_template_text, parse_args,
+                   sampling_params, template_kwargs, verbosity)
 
 TOOL = "llama-server"
 
@@ -33,48 +34,66 @@ def server_config(args):
     from ..chat.reasoning import FORMATS
     from ..server.state import ServerConfig, parse_kwargs
 
-    for name in (args.cache_type_k, args.cache_type_v):
-        cache_dtype(name)  # an unsupported cache type fails here, with its name
+    type_k, type_v = cache_types(args)
     if args.reasoning_format not in FORMATS:
         raise ValueError(f"unknown --reasoning-format '{args.reasoning_format}'")
-    if args.reasoning not in ("on", "off", "auto"):
-        raise ValueError("--reasoning must be on, off or auto")
-    sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
-                              min_p=args.min_p, typical_p=args.typical_p,
-                              repeat_penalty=args.repeat_penalty,
-                              repeat_last_n=args.repeat_last_n,
-                              presence_penalty=args.presence_penalty,
-                              frequency_penalty=args.frequency_penalty, mirostat=args.mirostat,
-                              mirostat_tau=args.mirostat_tau, mirostat_eta=args.mirostat_eta,
-                              seed=args.seed)
-    template = None
-    if args.chat_template_file:
-        with open(args.chat_template_file, encoding="utf-8") as fh:
-            template = fh.read()
+    template_kwargs(args)  # -rea must be on, off or auto
     return ServerConfig(
         model_path=str(resolve_model(args.model)), alias=args.alias or "", n_ctx=args.ctx_size,
         n_parallel=max(1, args.parallel), n_batch=args.batch_size, n_ubatch=args.ubatch_size,
-        n_predict=args.n_predict, type_k=args.cache_type_k, type_v=args.cache_type_v,
+        n_predict=args.n_predict, type_k=type_k, type_v=type_v,
         repack=repack_default(args), api_keys=api_keys(args), webui=args.webui,
         metrics=args.metrics,
-        slots=args.slots, chat_template=template or args.chat_template,
+        slots=args.slots, chat_template=chat_template_text(args),
         chat_template_kwargs=parse_kwargs(args.chat_template_kwargs),
         reasoning_format=args.reasoning_format, reasoning=args.reasoning,
-        reasoning_budget=args.reasoning_budget, sampling=sampling, mmproj=args.mmproj,
-        image_min_tokens=args.image_min_tokens, image_max_tokens=args.image_max_tokens)
+        reasoning_budget=args.reasoning_budget, sampling=sampling_params(args),
+        mmproj=args.mmproj, image_min_tokens=args.image_min_tokens,
+        image_max_tokens=args.image_max_tokens, warmup=args.warmup,
+        n_threads=args.threads, n_threads_batch=args.threads_batch,
+        n_threads_http=args.threads_http, ignore_eos=args.ignore_eos, verbosity=verbosity(args))
 
 
-def log(args, message: str) -> None:
-    if args.verbosity >= 0:
+def log(args, message: str, level: int = LOG_INFO) -> None:
+    """A log line at llama.cpp's level (1 error, 3 info), shown up to -lv / -v / --log-disable."""
+    if verbosity(args) >= level:
         print(f"{TOOL}: {message}", file=sys.stderr, flush=True)
 
 
+def uvicorn_settings(args, cfg) -> dict:
+    """--host, --port, --timeout and the log level for uvicorn's own messages."""
+    v = cfg.verbosity
+    level = "debug" if v > LOG_DEBUG else "info" if v == LOG_DEBUG else \
+        "warning" if v >= 0 else "critical"
+    return {"host": args.host, "port": args.port, "timeout_keep_alive": args.timeout,
+            "log_level": level, "access_log": v >= LOG_DEBUG}
+
+
+def with_http_threads(app, n_threads: int):
+    """--threads-http N: the event loop's default executor (asyncio.to_thread: image decoding,
+    tokenization) and anyio's thread limiter (starlette's sync work) get N threads, set when
+    uvicorn first calls the app (its lifespan startup), inside the running loop."""
+    if n_threads <= 0:
+        return app
+    configured = []
+
+    async def wrapped(scope, receive, send):
+        if not configured:
+            import asyncio
+
+            import anyio.to_thread
+
+            asyncio.get_running_loop().set_default_executor(
+                ThreadPoolExecutor(n_threads, thread_name_prefix="llamacpy-http"))
+            anyio.to_thread.current_default_thread_limiter().total_tokens = n_threads
+            configured.append(n_threads)
+        await app(scope, receive, send)
+
+    return wrapped
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = drop_unsupported(sys.argv[1:] if argv is None else argv, TOOL)
-    args = build_parser("server", TOOL, __doc__).parse_args(argv)
-    check_cpu_only(args, TOOL)
-    if args.log_file:
-        sys.stderr = open(args.log_file, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+    args = parse_args("server", TOOL, __doc__, sys.argv[1:] if argv is None else argv)
     if not args.model:
         print(f"{TOOL}: error: a model is required (-m FILE or a catalogue name)", file=sys.stderr)
         return 1
@@ -101,9 +120,8 @@ def serve(args, cfg) -> int:
     from ..server.state import ServerState
 
     state = ServerState(cfg)
-    config = uvicorn.Config(build_app(state), host=args.host, port=args.port,
-                            log_level="warning" if args.verbosity < 4 else "info",
-                            timeout_keep_alive=args.timeout, access_log=args.verbosity >= 4)
+    config = uvicorn.Config(with_http_threads(build_app(state), cfg.n_threads_http),
+                            **uvicorn_settings(args, cfg))
     server = uvicorn.Server(config)
     exit_code = [0]
 
@@ -118,10 +136,13 @@ def serve(args, cfg) -> int:
         try:
             state.load()
         except Exception as e:  # noqa: BLE001 - any load failure ends the process with its reason
-            log(args, f"error: failed to load model '{cfg.model_path}': {e}")
+            log(args, f"error: failed to load model '{cfg.model_path}': {e}", level=1)
             exit_code[0] = 1
             server.should_exit = True
             return
+        threads = state.thread_counts()
+        log(args, f"system info: n_threads = {threads['n_threads']}, n_threads_batch = "
+                  f"{threads['n_threads_batch']}, total_threads = {os.cpu_count()}")
         log(args, f"model loaded in {time.perf_counter() - t0:.1f} s; {cfg.n_parallel} slot(s) "
                   f"of {state.engine.n_ctx_slot} tokens; server is ready")
 

@@ -3,22 +3,46 @@
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
+from ..kernels import get_threads, set_threads
 from ..memory.batch import Batch
 from ..memory.kv_cache import KVCache
 
 
 class Context:
-    """Runs `model.forward` over batches of up to n_ubatch rows; n_ctx is split among n_seq."""
+    """Runs `model.forward` over batches of up to n_ubatch rows; n_ctx is split among n_seq.
+
+    n_threads (-t) runs single-token steps and n_threads_batch (-tb) every ubatch of more than
+    one row, as llama.cpp's graph_compute picks them; None leaves the calling thread's count."""
 
     def __init__(self, model, n_ctx: int = 4096, n_seq: int = 1, n_ubatch: int = 512,
-                 type_k: str = "f16", type_v: str = "f16"):
+                 type_k: str = "f16", type_v: str = "f16", n_threads: int | None = None,
+                 n_threads_batch: int | None = None):
         if n_ctx < 1 or n_seq < 1 or n_ubatch < 1:
             raise ValueError("n_ctx, n_seq and n_ubatch must be positive")
         self.model = model
         self.n_ctx, self.n_seq, self.n_ubatch = n_ctx, n_seq, n_ubatch
         self.cache: KVCache = model.make_cache(n_ctx // n_seq, n_seq, type_k, type_v)
+        self.use_threads(n_threads, n_threads_batch)
+
+    def use_threads(self, n_threads: int | None, n_threads_batch: int | None) -> None:
+        """Thread counts for decode (values <= 0 or None: unset). With n_threads_batch set, BLAS
+        (the sgemm of prompt batches) uses it, and numba's count (per thread) switches at each
+        ubatch; an unset n_threads is the count in effect now."""
+        cap = numba.config.NUMBA_NUM_THREADS
+        t = min(n_threads, cap) if n_threads and n_threads > 0 else None
+        tb = min(n_threads_batch, cap) if n_threads_batch and n_threads_batch > 0 else None
+        if tb is not None:
+            t = t or get_threads()
+            set_threads(tb)
+        self.n_threads, self.n_threads_batch = t, tb or t
+
+    def thread_counts(self) -> tuple[int, int]:
+        """(n_threads, n_threads_batch) that decode runs with."""
+        t = self.n_threads or get_threads()
+        return t, self.n_threads_batch or t
 
     @property
     def n_ctx_seq(self) -> int:
@@ -31,6 +55,9 @@ class Context:
         outputs = []
         for start, stop in ubatch_bounds(batch, self.n_ubatch):
             ub = batch.slice(start, stop)
+            threads = self.n_threads_batch if stop - start > 1 else self.n_threads
+            if threads and threads != numba.get_num_threads():
+                numba.set_num_threads(threads)
             logits = self.model.forward(ub, self.cache)
             for s in ub.segments():
                 self.cache.commit(s.seq, s.pos0 + s.stop - s.start)

@@ -376,7 +376,8 @@ async def completion(request: Request) -> Response:
     """POST /completion (llama.cpp's native API)."""
     state: ServerState = request.app.state.server
     data = parse_body(await request.body())
-    c = completion_from(data, state.sampling_defaults, state.cfg.n_predict, oaicompat=False)
+    c = completion_from(data, state.sampling_defaults, state.cfg.n_predict, oaicompat=False,
+                        ignore_eos=state.cfg.ignore_eos)
     # images are decoded and resized off the event loop
     prompt = await asyncio.to_thread(state.completion_prompt, data.get("prompt", ""))
     return await start(Run(state, request, "native", c, prompt))
@@ -391,7 +392,8 @@ async def completions_oai(request: Request) -> Response:
     prompt = data.get("prompt", "")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
-    c = completion_from(data, state.sampling_defaults, state.cfg.n_predict, oaicompat=True)
+    c = completion_from(data, state.sampling_defaults, state.cfg.n_predict, oaicompat=True,
+                        ignore_eos=state.cfg.ignore_eos)
     return await start(Run(state, request, "text", c, state.prompt_tokens(prompt)))
 
 
@@ -402,7 +404,8 @@ async def chat_completions(request: Request) -> Response:
     messages_from(data)
     if expect(data, "n", (int,), 1) != 1:
         raise RequestError("only n = 1 is supported")
-    c = completion_from(data, state.sampling_defaults, state.cfg.n_predict, oaicompat=True)
+    c = completion_from(data, state.sampling_defaults, state.cfg.n_predict, oaicompat=True,
+                        ignore_eos=state.cfg.ignore_eos)
     text, _, files = state.render_chat(data)
     prompt = await asyncio.to_thread(state.chat_prompt, text, files)
     return await start(Run(state, request, "chat", c, prompt, prompt_opens_thinking(text)))

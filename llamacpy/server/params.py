@@ -99,8 +99,9 @@ def stop_list(data: dict) -> list[str]:
 
 
 def completion_from(data: dict, base: SamplingParams, default_n_predict: int,
-                    oaicompat: bool) -> Completion:
-    """Shared fields of /completion, /v1/completions and /v1/chat/completions."""
+                    oaicompat: bool, ignore_eos: bool = False) -> Completion:
+    """Shared fields of /completion, /v1/completions and /v1/chat/completions (ignore_eos: the
+    server's default, --ignore-eos)."""
     n_predict = expect(data, "n_predict", (int,), None)
     for key in ("max_tokens", "max_completion_tokens"):
         n_predict = expect(data, key, (int,), n_predict)
@@ -110,7 +111,7 @@ def completion_from(data: dict, base: SamplingParams, default_n_predict: int,
     c.stream = bool(expect(data, "stream", (bool,), False))
     options = expect(data, "stream_options", (dict,), {})
     c.include_usage = bool(options.get("include_usage", False))
-    c.ignore_eos = bool(expect(data, "ignore_eos", (bool,), False))
+    c.ignore_eos = bool(expect(data, "ignore_eos", (bool,), ignore_eos))
     c.cache_prompt = bool(expect(data, "cache_prompt", (bool,), True))
     c.id_slot = expect(data, "id_slot", (int,), -1)
     c.post_sampling_probs = bool(expect(data, "post_sampling_probs", (bool,), False))

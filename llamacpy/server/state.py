@@ -82,6 +82,7 @@ class ServerState:
         n_ctx = cfg.n_ctx or self.model.args.n_ctx_train
         self.engine = Engine(self.model, self.tokenizer, n_ctx, cfg.n_parallel, cfg.n_batch,
                              cfg.n_ubatch, type_k=cfg.type_k, type_v=cfg.type_v)
+        self.engine.ctx.use_threads(cfg.n_threads, cfg.n_threads_batch)  # -t, -tb
         source = template_source(cfg.chat_template or self.gguf.get("tokenizer.chat_template")
                                  or default_chat_template(cfg.model_path) or CHATML_TEMPLATE)
         tok = self.tokenizer
@@ -205,7 +206,15 @@ class ServerState:
             "media_marker": media_marker(),
             "build_info": "llamacpy", "is_sleeping": False,
             "webui": self.cfg.webui, "api_key_required": bool(self.api_keys),
+            **self.thread_counts(),
         }
+
+    def thread_counts(self) -> dict:
+        """-t and -tb as decode runs them (before the model loads: as configured, -1 = default)."""
+        if self.engine is None:
+            return {"n_threads": self.cfg.n_threads, "n_threads_batch": self.cfg.n_threads_batch}
+        n_threads, n_threads_batch = self.engine.ctx.thread_counts()
+        return {"n_threads": n_threads, "n_threads_batch": n_threads_batch}
 
     def model_meta(self) -> dict:
         if not self.ready:

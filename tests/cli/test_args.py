@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from llamacpy.cli.args import build_parser, drop_unsupported
+import pytest
+
+from llamacpy.cli.args import build_parser, parse_args
 
 
 def test_env_variables_give_defaults(monkeypatch):
@@ -37,10 +39,10 @@ def test_repack_only_for_parallel_slots_by_default():
     assert repack_default(parse(["-m", "x", "--repack"]))
 
 
-def test_unsupported_flags_answer_with_one_line(capsys):
-    rest = drop_unsupported(["-m", "m", "--grammar", "root ::= x", "--swa-full", "-c", "8"],
-                            "llama-server")
-    assert rest == ["-m", "m", "-c", "8"]
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["llama-server: --grammar is not supported by llamacpy yet; ignoring it",
-                   "llama-server: --swa-full is not supported by llamacpy yet; ignoring it"]
+def test_unsupported_flags_end_the_tool_with_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_args("server", "llama-server", "", ["-m", "m", "--grammar", "root ::= x", "-c", "8"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "llama-server: error: --grammar is not supported by llamacpy yet"]
+

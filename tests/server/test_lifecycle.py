@@ -54,12 +54,20 @@ def test_hf_flag_points_to_pull(tmp_path):
     assert "llamacpy pull" in server.log()
 
 
-def test_unsupported_flag_says_so(model_paths, tmp_path):
+def test_unsupported_flag_ends_the_server(model_paths, tmp_path):
+    """A flag that would not take effect is never ignored: one line, exit status 2."""
     server = start_server(["-m", str(model_paths["gemma3-270m"]), "-c", "512", "--lora",
-                           "x.gguf", "-ngl", "99"], str(tmp_path / "log"))
+                           "x.gguf"], str(tmp_path / "log"), wait=False)
+    assert server.proc.wait(timeout=60) == 2
+    assert server.log().strip().splitlines() == [
+        "llama-server: error: --lora is not supported by llamacpy yet"]
+
+
+def test_gpu_flags_warn_and_run_on_the_cpu(model_paths, tmp_path):
+    server = start_server(["-m", str(model_paths["gemma3-270m"]), "-c", "512", "-ngl", "99",
+                           "-tb", "1"], str(tmp_path / "log"))
     try:
-        log = server.log()
-        assert "--lora is not supported by llamacpy yet" in log
-        assert "no GPU available" in log
+        assert "no GPU available" in server.log()
+        assert httpx.get(f"{server.url}/props").json()["n_threads_batch"] == 1
     finally:
         assert stop_server(server) == 0
