@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -15,6 +16,8 @@ DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p"
                     "temperature")  # fmt: skip
 CANONICAL = ("dry", "top_k", "top_p", "top_n_sigma", "typ_p", "min_p", "temperature", "xtc",
              "infill", "penalties", "adaptive_p")  # fmt: skip
+# llama.cpp samplers that sampler.py does not build yet: refused by validate()
+NOT_IMPLEMENTED = ("infill", "adaptive_p")
 # GGUF keys a model may set its recommended sampling with (LLM_KV_GENERAL_SAMPLING_*)
 GGUF_SAMPLING_SEQUENCE = "general.sampling.sequence"  # sampler names joined by ';'
 GGUF_SAMPLING_KEYS = {
@@ -64,6 +67,8 @@ def sampler_names(spec: str | Iterable[str]) -> list[str]:
     table, items = (SAMPLER_CHARS, spec) if isinstance(spec, str) else (SAMPLER_ALIASES, spec)
     out = []
     for item in items:
+        if not isinstance(item, str):
+            raise ValueError(f"sampler names must be strings, got {item!r}")
         key = item if isinstance(spec, str) else item.lower()
         if key in table:
             out.append(table[key])
@@ -125,7 +130,24 @@ class SamplingParams:
         self.validate()
 
     def validate(self) -> None:
-        """common_sampler_init's checks."""
+        """common_sampler_init's checks, and what the chain needs to run: real numbers (finite,
+        but logit biases may be -inf), integers, and samplers that sampler.py implements."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "float" and not _real(value):
+                raise ValueError(f"{f.name} must be a finite number, got {value!r}")
+            if f.type == "int" and not _integer(value):
+                raise ValueError(f"{f.name} must be an integer, got {value!r}")
+        missing = [name for name in self.samplers if name in NOT_IMPLEMENTED]
+        if missing:
+            raise UnsupportedSampler(f"sampler {missing[0]!r} is not implemented in llamacpy")
+        if not all(isinstance(b, str) for b in self.dry_sequence_breakers):
+            raise ValueError("dry_sequence_breakers must be strings")
+        if not all(_integer(t) and isinstance(b, numbers.Real) and not math.isnan(b)
+                   for t, b in self.logit_bias.items()):
+            raise ValueError("logit_bias maps token ids to numbers")
+        if self.min_keep < 0 or self.n_probs < 0:
+            raise ValueError("min_keep and n_probs must not be negative")
         r = self.repeat_penalty
         if not math.isfinite(r) or r <= 0 or not math.isfinite(1.0 / r):
             raise ValueError("repeat_penalty must be finite and greater than 0")
@@ -165,6 +187,24 @@ class SamplingParams:
         if kwargs.get("dry_base", 1.0) < 1.0:
             kwargs["dry_base"] = base.dry_base  # the server keeps its own for dry_base < 1
         return replace(base, **kwargs)
+
+
+class UnsupportedSampler(ValueError):
+    """A llama.cpp sampler name that llamacpy knows but does not implement (NOT_IMPLEMENTED)."""
+
+
+def _real(value: Any) -> bool:
+    """A finite real number (numpy scalars too; not a bool)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 _FIELD_ALIASES = {

@@ -1,12 +1,16 @@
 """llama-server's HTTP routes (Starlette): llama.cpp's endpoints, JSON shapes and error objects.
 
-Request handlers only parse, tokenize and format; generation happens in the engine thread
-(engine.py), which sends each token back through a per-request asyncio queue.
+Request handlers only parse, validate (params.py), tokenize and format; generation happens in
+the engine thread, which sends each token back through a per-request asyncio queue. A body is
+read with a size cap and parsed strictly, every field is checked before the task is queued,
+tokenization runs off the event loop, and a stream only starts (200) once its first engine
+event is in, so a request that fails at its prompt gets an error status instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import time
@@ -20,13 +24,15 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
     StreamingResponse
 from starlette.routing import Route
 
+from ..chat import ChatTemplateError
 from ..chat.reasoning import ReasoningParser, prompt_opens_thinking
 from ..engine.prompt import Prompt
 from .engine import EngineError, Task
-from .params import Completion, RequestError, completion_from, expect, messages_from, parse_body
+from .openapi import document
+from .params import Completion, Limits, RequestError, completion_from, parse_body, validate
 from .state import ServerState
 
-PUBLIC_PATHS = {"/health", "/v1/health", "/models", "/v1/models", "/"}
+PUBLIC_PATHS = {"/health", "/v1/health", "/models", "/v1/models", "/", "/openapi.json"}
 ALLOWED_WHILE_LOADING = {"/health", "/v1/health", "/models", "/v1/models", "/"}
 WEBUI = Path(__file__).with_name("webui.html")
 
@@ -34,8 +40,10 @@ WEBUI = Path(__file__).with_name("webui.html")
 def error(message: str, kind: str = "invalid_request_error", code: int | None = None,
           **extra) -> JSONResponse:
     """llama.cpp's error object (format_error_response)."""
+    # llama.cpp answers not_supported_error with 501; here it is a 400, as a request field
+    # asking for something not implemented is the client's to drop (code == status, always)
     codes = {"invalid_request_error": 400, "authentication_error": 401, "not_found_error": 404,
-             "server_error": 500, "permission_error": 403, "not_supported_error": 501,
+             "server_error": 500, "permission_error": 403, "not_supported_error": 400,
              "unavailable_error": 503, "exceed_context_size_error": 400}
     status = code or codes.get(kind, 500)
     return JSONResponse({"error": {"code": status, "message": message, "type": kind, **extra}},
@@ -65,7 +73,8 @@ class Gate:
 
     def _key_ok(self, scope) -> bool:
         headers = dict(scope["headers"])
-        key = (headers.get(b"authorization") or headers.get(b"x-api-key") or b"").decode()
+        key = headers.get(b"authorization") or headers.get(b"x-api-key") or b""
+        key = key.decode("latin-1")  # any bytes: a wrong key is a 401, never a 500
         key = key[len("Bearer "):] if key.startswith("Bearer ") else key
         return key in self.state.api_keys
 
@@ -73,6 +82,89 @@ class Gate:
 def cors() -> dict:
     return {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Headers": "*",
             "Access-Control-Allow-Methods": "GET, POST, OPTIONS"}
+
+
+# -- request bodies -------------------------------------------------------------------------------
+
+MAX_BODY = 32 << 20  # bytes of a request body (base64 images take several MB)
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+async def read_json(request: Request) -> dict:
+    """The body as a JSON object (params.parse_body): not a form, at most MAX_BODY bytes (else
+    413); a large one is parsed off the event loop."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind in FORM_TYPES:
+        raise RequestError(f"the request body must be JSON, not {kind}")
+    too_large = RequestError(f"the request body is larger than {MAX_BODY >> 20} MiB", status=413)
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > MAX_BODY:
+        raise too_large
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY:
+            raise too_large
+    if len(raw) > 1 << 20:
+        return await asyncio.to_thread(parse_body, bytes(raw))
+    return parse_body(bytes(raw))
+
+
+def limits(state: ServerState) -> Limits:
+    return Limits(state.tokenizer.n_vocab, state.cfg.n_parallel, state.engine.n_ctx_slot)
+
+
+@functools.cache
+def longest_piece(tokenizer) -> int:
+    """Bytes in the longest token piece: n tokens never cover more text than n times this."""
+    return max(len(tokenizer.token_to_piece(t, special=True)) for t in range(tokenizer.n_vocab))
+
+
+async def check_size(state: ServerState, prompt, n_ctx: int) -> None:
+    """Refuse, before tokenizing it, a prompt that cannot fit n_ctx tokens (texts and token ids;
+    tokenizing megabytes takes long). Normalizers may shrink text, hence the margin of 2."""
+    parts = prompt if isinstance(prompt, list) else [prompt]
+    texts = [p.get("prompt_string") if isinstance(p, dict) else p for p in parts
+             if isinstance(p, (str, dict))]
+    n_chars = sum(len(t) for t in texts if isinstance(t, str))
+    n_ids = len(parts) - len(texts)  # not yet validated: whatever else, counted as one token
+    if n_ids <= n_ctx and n_chars <= n_ctx:
+        return
+    per_token = 2 * (await asyncio.to_thread(longest_piece, state.tokenizer) + 1)
+    at_least = n_ids + n_chars // per_token
+    if at_least > n_ctx:
+        raise EngineError(f"request (at least {at_least} tokens) exceeds the available context "
+                          f"size ({n_ctx} tokens), try increasing it",
+                          "exceed_context_size_error", n_prompt_tokens=at_least, n_ctx=n_ctx)
+
+
+async def render(state: ServerState, data: dict) -> tuple[str, dict, list[bytes]]:
+    """The chat prompt (state.render_chat) off the event loop; a template that fails on these
+    messages is the request's fault, a 400."""
+    try:
+        return await asyncio.to_thread(state.render_chat, data)
+    except RequestError:
+        raise
+    except (ChatTemplateError, TypeError, ValueError, LookupError, AttributeError,
+            RecursionError) as e:
+        raise RequestError(f"the chat template failed on these messages: {e}") from None
+
+
+def tokenize_text(state: ServerState):
+    """llama.cpp's tokenization of logit_bias texts (no special tokens)."""
+    return lambda text: state.tokenizer.tokenize(text, add_special=False, parse_special=False)
+
+
+async def request_completion(request: Request, route: str) -> tuple[dict, Completion]:
+    """The body and its validated Completion (off the loop: logit_bias texts get tokenized)."""
+    state: ServerState = request.app.state.server
+    data = await read_json(request)
+    if route != "chat":  # before validating millions of token ids
+        await check_size(state, data.get("prompt"), state.engine.n_ctx_slot)
+    c = await asyncio.to_thread(completion_from, data, state.sampling_defaults,
+                                state.cfg.n_predict, route, limits(state), tokenize_text(state),
+                                ignore_eos=state.cfg.ignore_eos)
+    return data, c
 
 
 # -- simple endpoints -------------------------------------------------------------------------
@@ -119,11 +211,15 @@ async def metrics(request: Request) -> Response:
 
 async def tokenize(request: Request) -> Response:
     state: ServerState = request.app.state.server
-    data = parse_body(await request.body())
-    content = expect(data, "content", (str,), "")
-    ids = state.tokenizer.tokenize(content, expect(data, "add_special", (bool,), False),
-                                   expect(data, "parse_special", (bool,), True))
-    if not expect(data, "with_pieces", (bool,), False):
+    data = await read_json(request)
+    validate(data, "tokenize", limits(state))
+    content = data.get("content") or ""
+    # as long as every slot's context together (at least 8192 tokens): bounds the time it takes
+    await check_size(state, content, max(8192, state.engine.n_ctx_slot * state.cfg.n_parallel))
+    ids = await asyncio.to_thread(state.tokenizer.tokenize, content,
+                                  data.get("add_special") is True,
+                                  data.get("parse_special") is not False)
+    if data.get("with_pieces") is not True:
         return JSONResponse({"tokens": ids})
     pieces = []
     for t in ids:
@@ -138,18 +234,17 @@ async def tokenize(request: Request) -> Response:
 
 async def detokenize(request: Request) -> Response:
     state: ServerState = request.app.state.server
-    data = parse_body(await request.body())
-    tokens = expect(data, "tokens", (list,), [])
-    if not all(isinstance(t, int) and 0 <= t < state.tokenizer.n_vocab for t in tokens):
-        raise RequestError("'tokens' must be a list of valid token ids")
-    text = state.tokenizer.detokenize(tokens).decode("utf-8", errors="replace")
-    return JSONResponse({"content": text})
+    data = await read_json(request)
+    validate(data, "detokenize", limits(state))  # token ids within the vocabulary
+    raw = await asyncio.to_thread(state.tokenizer.detokenize, data.get("tokens") or [])
+    return JSONResponse({"content": raw.decode("utf-8", errors="replace")})
 
 
 async def apply_template(request: Request) -> Response:
     state: ServerState = request.app.state.server
-    data = parse_body(await request.body())
-    return JSONResponse({"prompt": state.render_chat(data)[0]})
+    data = await read_json(request)
+    validate(data, "apply-template", limits(state))
+    return JSONResponse({"prompt": (await render(state, data))[0]})
 
 
 async def index(request: Request) -> Response:
@@ -246,13 +341,16 @@ def usage(done: dict) -> dict:
 
 
 def oai_logprobs(run: Run) -> dict | None:
+    """OpenAI's logprobs.content; with `logprobs`, top_logprobs shows as many as asked (the
+    engine reports one at least, for the chosen token's own logprob)."""
     if not run.probs:
         return None
+    shown = run.c.top_logprobs if run.c.logprobs else None
     content = [{"id": p["id"], "token": p["token"], "bytes": p["bytes"],
                 "logprob": p.get("logprob", p.get("prob")),
                 "top_logprobs": [{"id": t["id"], "token": t["token"], "bytes": t["bytes"],
                                   "logprob": t.get("logprob", t.get("prob"))}
-                                 for t in p.get("top_logprobs", p.get("top_probs", []))]}
+                                 for t in p.get("top_logprobs", p.get("top_probs", []))][:shown]}
                for p in run.probs]
     return {"content": content}
 
@@ -291,15 +389,17 @@ def sse(data: dict | str) -> str:
     return f"data: {text}\n\n"
 
 
-async def stream_body(run: Run) -> AsyncIterator[str]:
-    """Server-sent events in llama.cpp's chunk shapes; errors arrive as an error event."""
+async def stream_body(run: Run, events: AsyncIterator[dict]) -> AsyncIterator[str]:
+    """Server-sent events in llama.cpp's chunk shapes. The stream starts after the first engine
+    event (respond), so an error here came after tokens were sent: llama.cpp's error event, as
+    the status can no longer say it."""
     base = {"created": run.created, "id": run.id, "model": run.model,
             "system_fingerprint": "llamacpy"}
     if run.kind == "chat":
         yield sse({"choices": [{"finish_reason": None, "index": 0,
                                 "delta": {"role": "assistant", "content": None}}],
                    "object": "chat.completion.chunk", **base})
-    async for ev in run.events():
+    async for ev in events:
         if ev["type"] == "error":
             yield sse({"error": {"code": 500, "message": ev["message"], "type": ev["kind"]}})
             return
@@ -357,11 +457,21 @@ def stream_chunks(run: Run, ev: dict, reasoning: str, content: str, base: dict) 
 
 
 async def respond(run: Run) -> Response:
+    """Wait for the first engine event: a request that fails at its prompt gets its error status,
+    and only then does a stream commit to 200."""
+    events = run.events()
+    first = await anext(events, None)
+    if first is None:  # the client went away
+        return Response(status_code=499)
+    if first["type"] == "error":
+        await events.aclose()
+        return error(first["message"], first["kind"])
+    events = resumed(first, events)
     if run.c.stream:
-        return StreamingResponse(stream_body(run), media_type="text/event-stream",
+        return StreamingResponse(stream_body(run, events), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", **cors()})
     done = None
-    async for ev in run.events():
+    async for ev in events:
         if ev["type"] == "error":
             return error(ev["message"], ev["kind"])
         run.absorb(ev)
@@ -372,41 +482,42 @@ async def respond(run: Run) -> Response:
     return JSONResponse(final_json(run, done), headers=cors())
 
 
+async def resumed(first: dict, events: AsyncIterator[dict]) -> AsyncIterator[dict]:
+    """The events again, from the one already taken; closing it closes them."""
+    try:
+        yield first
+        async for ev in events:
+            yield ev
+    finally:
+        await events.aclose()
+
+
 async def completion(request: Request) -> Response:
     """POST /completion (llama.cpp's native API)."""
     state: ServerState = request.app.state.server
-    data = parse_body(await request.body())
-    c = completion_from(data, state.sampling_defaults, state.cfg.n_predict, oaicompat=False,
-                        ignore_eos=state.cfg.ignore_eos)
-    # images are decoded and resized off the event loop
-    prompt = await asyncio.to_thread(state.completion_prompt, data.get("prompt", ""))
+    data, c = await request_completion(request, "completion")
+    # tokenized (images decoded and resized) off the event loop
+    prompt = await asyncio.to_thread(state.completion_prompt, data["prompt"])
     return await start(Run(state, request, "native", c, prompt))
 
 
 async def completions_oai(request: Request) -> Response:
     """POST /v1/completions (OpenAI text completions)."""
     state: ServerState = request.app.state.server
-    data = parse_body(await request.body())
-    if expect(data, "n", (int,), 1) != 1:
-        raise RequestError("only n = 1 is supported")
-    prompt = data.get("prompt", "")
+    data, c = await request_completion(request, "completions")
+    prompt = data["prompt"]
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
-    c = completion_from(data, state.sampling_defaults, state.cfg.n_predict, oaicompat=True,
-                        ignore_eos=state.cfg.ignore_eos)
-    return await start(Run(state, request, "text", c, state.prompt_tokens(prompt)))
+    tokens = await asyncio.to_thread(state.prompt_tokens, prompt)
+    return await start(Run(state, request, "text", c, tokens))
 
 
 async def chat_completions(request: Request) -> Response:
     """POST /v1/chat/completions (OpenAI chat)."""
     state: ServerState = request.app.state.server
-    data = parse_body(await request.body())
-    messages_from(data)
-    if expect(data, "n", (int,), 1) != 1:
-        raise RequestError("only n = 1 is supported")
-    c = completion_from(data, state.sampling_defaults, state.cfg.n_predict, oaicompat=True,
-                        ignore_eos=state.cfg.ignore_eos)
-    text, _, files = state.render_chat(data)
+    data, c = await request_completion(request, "chat")
+    text, _, files = await render(state, data)
+    await check_size(state, text, state.engine.n_ctx_slot)
     prompt = await asyncio.to_thread(state.chat_prompt, text, files)
     return await start(Run(state, request, "chat", c, prompt, prompt_opens_thinking(text)))
 
@@ -427,12 +538,18 @@ def handle_errors(fn):
         try:
             return await fn(request)
         except RequestError as e:
-            return error(str(e))
+            return error(str(e), e.kind, e.status)
         except EngineError as e:
             return error(str(e), e.kind, **e.extra)
         except Exception as e:  # noqa: BLE001 - a bad request never takes the server down
             return error(f"{type(e).__name__}: {e}", "server_error")
     return wrapped
+
+
+async def openapi(request: Request) -> Response:
+    """GET /openapi.json: this server's API as an OpenAPI 3.1 document (openapi.py)."""
+    state: ServerState = request.app.state.server
+    return JSONResponse(document(limits(state), state.alias), headers=cors())
 
 
 ROUTES = [
@@ -445,6 +562,7 @@ ROUTES = [
     ("/v1/chat/completions", chat_completions, ["POST"]),
     ("/tokenize", tokenize, ["POST"]), ("/detokenize", detokenize, ["POST"]),
     ("/apply-template", apply_template, ["POST"]), ("/", index, ["GET"]),
+    ("/openapi.json", openapi, ["GET"]),
 ]
 
 
@@ -452,8 +570,22 @@ async def not_found(request: Request, exc) -> Response:
     return error("File Not Found", "not_found_error")
 
 
+async def method_not_allowed(request: Request, exc) -> Response:
+    allowed = next((m for p, _, m in ROUTES if p == request.url.path), [])
+    response = error(f"{request.method} is not allowed on {request.url.path}: use "
+                     f"{' or '.join(allowed)}", "invalid_request_error", 405)
+    response.headers["Allow"] = ", ".join(allowed)
+    return response
+
+
+async def internal_error(request: Request, exc: Exception) -> Response:
+    """Whatever escaped a handler: still llama.cpp's error shape."""
+    return error(f"{type(exc).__name__}: {exc}", "server_error")
+
+
 def build_app(state: ServerState) -> Gate:
     app = Starlette(routes=[Route(p, handle_errors(fn), methods=m) for p, fn, m in ROUTES],
-                    exception_handlers={404: not_found, 405: not_found})
+                    exception_handlers={404: not_found, 405: method_not_allowed,
+                                        Exception: internal_error})
     app.state.server = state
     return Gate(app, state)
