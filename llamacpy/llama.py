@@ -1,14 +1,18 @@
 """`Llama`: the high-level API of llama-cpp-python, so code written for it runs after changing
 `from llama_cpp import Llama` to `from llamacpy import Llama`.
 
-Same constructor arguments (GPU-only ones are accepted and ignored on the CPU), the same methods
-and the same OpenAI-style return dictionaries (llama_cpp/llama.py, llama_chat_format.py).
+Same constructor arguments, the same methods and the same OpenAI-style return dictionaries
+(llama_cpp/llama.py, llama_chat_format.py). GPU placement arguments warn and run on the CPU; an
+argument whose effect llamacpy does not provide raises NotSupportedError, never runs on as if
+it were absent. Generation runs through the engine's scheduler (engine/scheduler.py), the same
+code as llama-server's.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+import warnings
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -18,14 +22,51 @@ import numpy as np
 from .chat import CHATML_TEMPLATE, ChatTemplate, template_source
 from .hub import default_chat_template
 from .engine.context import Context
-from .engine.generate import GenerationStats, SequenceState, generate
+from .engine.prompt import Prompt
+from .engine.scheduler import Scheduler
+from .engine.sequence import Request
 from .format import open_gguf
 from .kernels import set_threads
 from .models import load_model
-from .sampling import Sampler, SamplingParams
+from .sampling import SamplingParams
 from .tokenizer import Tokenizer
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
+
+
+class NotSupportedError(ValueError):
+    """A llama-cpp-python argument whose effect llamacpy does not provide (yet)."""
+
+
+# llama-cpp-python arguments that only say where layers run: no GPU here, so they warn
+GPU_ARGS = {"n_gpu_layers": 0, "split_mode": None, "main_gpu": 0, "tensor_split": None,
+            "offload_kqv": True, "op_offload": None}
+# arguments llamacpy takes only at llama-cpp-python's default (what llamacpy does anyway)
+DEFAULT_ONLY = {"use_mmap": True, "use_mlock": False, "kv_overrides": None,
+                "rope_scaling_type": -1, "pooling_type": -1, "rope_freq_base": 0.0,
+                "rope_freq_scale": 0.0, "yarn_ext_factor": -1.0, "yarn_attn_factor": 1.0,
+                "yarn_beta_fast": 32.0, "yarn_beta_slow": 1.0, "yarn_orig_ctx": 0,
+                "embedding": False, "flash_attn": False, "swa_full": None, "no_perf": False,
+                "last_n_tokens_size": 64, "lora_base": None, "lora_scale": 1.0,
+                "lora_path": None, "numa": False, "chat_handler": None, "draft_model": None,
+                "tokenizer": None, "spm_infill": False, "tfs_z": 1.0, "suffix": None,
+                "grammar": None, "logits_processor": None, "stopping_criteria": None,
+                "functions": None, "function_call": None}
+
+
+def check_arguments(where: str, kwargs: dict) -> None:
+    """Warn for GPU placement, refuse what llamacpy would otherwise have to ignore."""
+    for name, value in kwargs.items():
+        if name in GPU_ARGS:
+            if name == "n_gpu_layers" and value not in (0, None):
+                warnings.warn(f"no GPU available: n_gpu_layers={value} runs on the CPU",
+                              stacklevel=3)
+        elif name in DEFAULT_ONLY:
+            if value is not None and value != DEFAULT_ONLY[name]:
+                raise NotSupportedError(f"{where}: {name}={value!r} is not supported by "
+                                        f"llamacpy")
+        else:
+            raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
 
 
 class Llama:
@@ -37,24 +78,30 @@ class Llama:
                  vocab_only: bool = False, logits_all: bool = False, verbose: bool = True,
                  chat_format: str | None = None, repack: bool = False, type_k: str = "f16",
                  type_v: str = "f16", **kwargs: Any):
+        check_arguments("Llama", kwargs)
+        if chat_format is not None:
+            raise NotSupportedError("Llama: chat_format is not supported by llamacpy: the "
+                                    "model's own chat template is used")
         self.model_path, self.verbose, self.seed = str(model_path), verbose, seed
         self._file = open_gguf(model_path)
         self.metadata = {k: str(v) for k, v in self._file.metadata.items()
                          if not k.startswith("tokenizer.ggml.")}
         self._tokenizer = Tokenizer.from_gguf(self._file)
-        self.chat_format = chat_format
+        self.chat_format = None
         self.n_batch, self.n_threads = n_batch, n_threads
         self.context_params = {"n_ctx": n_ctx, "n_batch": n_batch, "n_ubatch": n_ubatch}
         self._logits_all = logits_all
         if n_threads:
             set_threads(n_threads)
+        self.n_threads_batch = n_threads_batch
         self._model = None if vocab_only else load_model(self._file, repack=repack)
         if self._model is not None:
             self._n_ctx = n_ctx or self._model.args.n_ctx_train
             self._ctx = Context(self._model, n_ctx=self._n_ctx, n_ubatch=min(n_ubatch, n_batch),
                                 type_k=type_k, type_v=type_v, n_threads=n_threads,
                                 n_threads_batch=n_threads_batch)
-            self._seq = SequenceState(self._ctx)
+            self._scheduler = Scheduler(self._ctx, self._tokenizer, n_batch)
+            self._slot = self._scheduler.slots[0]
             # as llama-cpp-python: rows only for logits_all (pages are touched only when written)
             rows = self._n_ctx if logits_all else n_batch
             self.scores = np.empty((rows, self._model.args.n_vocab), np.float32)
@@ -117,7 +164,7 @@ class Llama:
 
     def reset(self) -> None:
         self.n_tokens = 0
-        self._seq.tokens = []
+        self._slot.tokens = []
         self._ctx.cache.clear()
 
     def eval(self, tokens: list[int]) -> None:
@@ -125,7 +172,7 @@ class Llama:
         self._sync_cache()
         for start in range(0, len(tokens), self.n_batch):
             chunk = list(tokens[start : start + self.n_batch])
-            logits = self._seq.evaluate(chunk, all_logits=self._logits_all)
+            logits = self._slot.evaluate(chunk, all_logits=self._logits_all)
             n0, n = self.n_tokens, len(chunk)
             self.input_ids[n0 : n0 + n] = chunk
             if self._logits_all:
@@ -135,8 +182,8 @@ class Llama:
 
     def _sync_cache(self) -> None:
         """`n_tokens` may have been lowered by the caller (llama-cpp-python allows it)."""
-        if len(self._seq.tokens) != self.n_tokens:
-            self._seq.tokens = self._seq.tokens[: self.n_tokens]
+        if len(self._slot.tokens) != self.n_tokens:
+            self._slot.tokens = self._slot.tokens[: self.n_tokens]
             self._ctx.cache.trim(0, self.n_tokens)
 
     def set_seed(self, seed: int) -> None:
@@ -158,6 +205,7 @@ class Llama:
                           mirostat_eta: float = 0.1, model: str | None = None,
                           logit_bias: dict | None = None, **kwargs: Any):
         """A text completion dict (or an iterator of chunks when stream=True)."""
+        check_arguments("create_completion", {"suffix": suffix, **kwargs})
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                 typical_p=typical_p, repeat_penalty=repeat_penalty,
                                 frequency_penalty=frequency_penalty,
@@ -186,26 +234,33 @@ class Llama:
             max_tokens = self._n_ctx - len(tokens)
         max_tokens = min(max_tokens, self._n_ctx - len(tokens))
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        sampler = Sampler(params, self._tokenizer)
-        sampler.prime(tokens)
+        request = Request(Prompt(tokens), params, n_predict=max_tokens, stop=stops,
+                          return_logits=True)
         cid, created = f"cmpl-{uuid.uuid4()}", int(time.time())
         name = model or self.model_path
-        stats = GenerationStats()
         self._sync_cache()
         if echo:
             text = self.detokenize(tokens).decode("utf-8", errors="ignore")
             yield completion_chunk(cid, created, name, text, None, None)
-        for step in generate(self._seq, self._tokenizer, sampler, tokens, max_tokens, stops,
-                             stats=stats):
-            self._last_logits = step.logits
-            if step.text:
-                lp = token_logprobs(self, step, logprobs) if logprobs else None
-                yield completion_chunk(cid, created, name, step.text, lp, None)
-        self.n_tokens = len(self._seq.tokens)
-        self.input_ids[: self.n_tokens] = self._seq.tokens
-        usage = {"prompt_tokens": stats.n_prompt, "completion_tokens": stats.n_generated,
-                 "total_tokens": stats.n_prompt + stats.n_generated}
-        final = completion_chunk(cid, created, name, "", None, stats.finish_reason)
+        for event in self._scheduler.generate(request):
+            if event["type"] == "error":
+                raise RuntimeError(event["message"])
+            if event["type"] == "token":
+                self._last_logits = event["logits"]
+            if event["text"]:
+                token = event.get("token", -1)
+                lp = token_logprobs(self, self._last_logits, token, event["text"], logprobs) \
+                    if logprobs else None
+                yield completion_chunk(cid, created, name, event["text"], lp, None)
+            if event["type"] == "done":
+                done = event
+        self.n_tokens = len(self._slot.tokens)
+        self.input_ids[: self.n_tokens] = self._slot.tokens
+        n_gen = done["n_decoded"]
+        usage = {"prompt_tokens": done["n_prompt"], "completion_tokens": n_gen,
+                 "total_tokens": done["n_prompt"] + n_gen}
+        reason = "stop" if done["stop_type"] in ("eos", "word") else "length"
+        final = completion_chunk(cid, created, name, "", None, reason)
         final["usage"] = usage
         yield final
 
@@ -227,8 +282,22 @@ class Llama:
                                repeat_penalty: float = 1.0, logprobs: bool = False,
                                top_logprobs: int | None = None, model: str | None = None,
                                logit_bias: dict | None = None,
-                               chat_template_kwargs: dict | None = None, **kwargs: Any):
+                               chat_template_kwargs: dict | None = None,
+                               tool_choice: str | dict | None = None,
+                               response_format: dict | None = None, mirostat_mode: int = 0,
+                               mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
+                               **kwargs: Any):
         """A chat.completion dict (or an iterator of chat.completion.chunk dicts)."""
+        check_arguments("create_chat_completion", kwargs)
+        if response_format is not None and response_format.get("type", "text") != "text":
+            raise NotSupportedError("create_chat_completion: response_format "
+                                    f"{response_format.get('type')!r} is not supported by "
+                                    "llamacpy yet (only 'text')")
+        if tool_choice not in (None, "auto", "none"):
+            raise NotSupportedError(f"create_chat_completion: tool_choice={tool_choice!r} is "
+                                    "not supported by llamacpy yet (only 'auto' and 'none')")
+        if tool_choice == "none":
+            tools = None
         prompt = self.chat_template().render(messages, add_generation_prompt=True, tools=tools,
                                              **(chat_template_kwargs or {}))
         chunks = self.create_completion(
@@ -236,7 +305,8 @@ class Llama:
             min_p=min_p, typical_p=typical_p, stream=True, stop=stop, seed=seed,
             presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
             repeat_penalty=repeat_penalty, logprobs=(top_logprobs or 1) if logprobs else None,
-            model=model, logit_bias=logit_bias)
+            model=model, logit_bias=logit_bias, mirostat_mode=mirostat_mode,
+            mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta)
         run = chat_chunks(chunks)
         return run if stream else collect_chat(run)
 
@@ -247,15 +317,16 @@ def completion_chunk(cid: str, created: int, model: str, text: str, logprobs, fi
                          "finish_reason": finish}]}
 
 
-def token_logprobs(llm: Llama, step, n: int) -> dict:
-    """llama-cpp-python's logprobs block for one token (log-softmax of the raw logits)."""
-    logits = step.logits.astype(np.float64)
-    lp = logits - logits.max()
+def token_logprobs(llm: Llama, logits: np.ndarray, token: int, text: str, n: int) -> dict:
+    """llama-cpp-python's logprobs block for one token (log-softmax of the raw logits); token
+    -1 is text released at the end without a token of its own."""
+    lp = logits.astype(np.float64)
+    lp -= lp.max()
     lp -= np.log(np.exp(lp).sum())
     top = np.argsort(-lp)[:n]
     piece = lambda t: llm.detokenize([int(t)]).decode("utf-8", errors="ignore")  # noqa: E731
-    return {"tokens": [step.text], "text_offset": [0],
-            "token_logprobs": [float(lp[step.token]) if step.token >= 0 else None],
+    return {"tokens": [text], "text_offset": [0],
+            "token_logprobs": [float(lp[token]) if token >= 0 else None],
             "top_logprobs": [{piece(t): float(lp[t]) for t in top}]}
 
 

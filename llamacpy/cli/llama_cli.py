@@ -14,11 +14,10 @@ import time
 from dataclasses import dataclass
 
 from ..chat import ChatTemplate, template_source
-from ..engine.generate import GenerationStats, generate
 from ..engine.prompt import Prompt
+from ..engine.sequence import Request
 from ..hub import default_chat_template, resolve_model
 from ..llama import Llama
-from ..sampling import Sampler
 from .args import (LOG_DEBUG, LOG_INFO, cache_types, chat_template_text, csv_values, parse_args,
                    sampling_params, template_kwargs, verbosity)
 
@@ -36,12 +35,14 @@ class Totals:
     t_image: float = 0.0
     verbosity: int = LOG_INFO  # the timings are info-level messages (-lv, --log-disable)
 
-    def add(self, s: GenerationStats) -> None:
-        self.n_prompt += s.n_prompt - s.n_cached
-        self.t_prompt += s.t_prompt
-        self.t_image += s.t_image
-        self.n_gen += s.n_generated
-        self.t_gen += s.t_generate
+    def add(self, done: dict) -> None:
+        """A finished generation's counts (its "done" event; times in ms)."""
+        t = done["timings"]
+        self.n_prompt += t["prompt_n"]
+        self.t_prompt += t["prompt_ms"] / 1000
+        self.t_image += t["image_ms"] / 1000
+        self.n_gen += done["n_decoded"]
+        self.t_gen += t["predicted_ms"] / 1000
 
 
 def llama_kwargs(args) -> dict:
@@ -83,16 +84,20 @@ def run_turn(llm: Llama, args, prompt_tokens: list[int] | Prompt, totals: Totals
         raise SystemExit(f"{TOOL}: error: prompt is {len(prompt_tokens)} tokens, the context "
                          f"holds {llm.n_ctx()}")
     max_tokens = n_room if args.n_predict < 0 else min(args.n_predict, n_room)
-    sampler = Sampler(sampling_params(args), llm.tokenizer())
-    sampler.prime(prompt_tokens.text_tokens if isinstance(prompt_tokens, Prompt) else prompt_tokens)
-    stats = GenerationStats()
+    prompt = prompt_tokens if isinstance(prompt_tokens, Prompt) else Prompt(list(prompt_tokens))
     stops = [args.reverse_prompt] if args.reverse_prompt else []
-    for step in generate(llm._seq, llm.tokenizer(), sampler, prompt_tokens, max_tokens, stops,
-                         ignore_eos=args.ignore_eos, stats=stats):
-        sys.stdout.write(step.text)
+    request = Request(prompt, sampling_params(args), n_predict=max_tokens, stop=stops,
+                      ignore_eos=args.ignore_eos)
+    text = ""
+    for event in llm._scheduler.generate(request):
+        if event["type"] == "error":
+            raise SystemExit(f"{TOOL}: error: {event['message']}")
+        text += event["text"]
+        sys.stdout.write(event["text"])
         sys.stdout.flush()
-    totals.add(stats)
-    return stats.text
+        if event["type"] == "done":
+            totals.add(event)
+    return text
 
 
 def chat_template(llm: Llama, args) -> ChatTemplate:

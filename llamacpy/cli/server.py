@@ -125,6 +125,14 @@ def serve(args, cfg) -> int:
     server = uvicorn.Server(config)
     exit_code = [0]
 
+    def engine_failed(reason: str) -> None:
+        # /health already answers 503; exit non-zero so a supervisor restarts the server
+        log(args, f"error: the engine stopped: {reason}; shutting down")
+        exit_code[0] = 1
+        server.should_exit = True
+
+    state.on_engine_failure = engine_failed
+
     def load() -> None:
         apply_threads_here()  # -t for the repack and warm-up kernels run in this thread
         while not server.started and not server.should_exit:

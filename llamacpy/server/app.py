@@ -27,7 +27,9 @@ from starlette.routing import Route
 from ..chat import ChatTemplateError
 from ..chat.reasoning import ReasoningParser, prompt_opens_thinking
 from ..engine.prompt import Prompt
-from .engine import EngineError, Task
+from ..engine.scheduler import EngineError
+from ..engine.sequence import Request as SequenceRequest
+from ..engine.sequence import Sequence
 from .openapi import document
 from .params import Completion, Limits, RequestError, completion_from, parse_body, validate
 from .state import ServerState
@@ -173,6 +175,9 @@ async def health(request: Request) -> Response:
     state: ServerState = request.app.state.server
     if not state.ready:
         return JSONResponse(LOADING, 503)
+    failure = state.engine_failure
+    if failure is not None:
+        return error(f"the engine has stopped: {failure}", "unavailable_error")
     return JSONResponse({"status": "ok"})
 
 
@@ -269,16 +274,15 @@ class Run:
         self.queue: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
         prompt = prompt if isinstance(prompt, Prompt) else Prompt([int(t) for t in prompt])
-        self.task = Task(prompt=prompt, params=c.params, n_predict=c.n_predict, stop=c.stop,
-                         ignore_eos=c.ignore_eos, n_probs=c.n_probs,
-                         post_sampling_probs=c.post_sampling_probs, id_slot=c.id_slot,
-                         cache_prompt=c.cache_prompt,
-                         emit=lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev))
+        self.generation = SequenceRequest(
+            prompt=prompt, params=c.params, n_predict=c.n_predict, stop=c.stop,
+            ignore_eos=c.ignore_eos, n_probs=c.n_probs, post_sampling_probs=c.post_sampling_probs,
+            id_slot=c.id_slot, cache_prompt=c.cache_prompt, starts_in_thinking=opens_thinking,
+            reasoning_budget=state.cfg.reasoning_budget, think_end_tokens=state.think_end_tokens)
+        self.emit = lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev)
+        self.seq: Sequence | None = None
         self.reasoning = ReasoningParser(state.cfg.reasoning_format, opens_thinking) \
             if kind == "chat" else ReasoningParser("none")
-        self.task.starts_in_thinking = opens_thinking
-        self.task.reasoning_budget = state.cfg.reasoning_budget
-        self.task.think_end_tokens = state.think_end_tokens
         self.content = self.reasoning_text = ""
         self.tokens: list[int] = []
         self.probs: list[dict] = []
@@ -297,8 +301,8 @@ class Run:
                 if ev["type"] in ("done", "error"):
                     return
         finally:
-            if not self.task.cancelled:
-                self.state.engine.cancel(self.task)
+            if self.seq is not None and not self.seq.finished:
+                self.state.engine.cancel(self.seq)
 
     def absorb(self, ev: dict) -> tuple[str, str]:
         """Record a token/done event; returns the (reasoning, content) text it adds."""
@@ -415,7 +419,7 @@ def stream_chunks(run: Run, ev: dict, reasoning: str, content: str, base: dict) 
     if run.kind == "native":
         chunk = {"index": 0, "content": content, "tokens": [ev["token"]] if ev.get("token")
                  is not None else [], "stop": done, "id_slot": ev.get("id_slot", -1),
-                 "tokens_predicted": len(run.tokens), "tokens_evaluated": len(run.task.prompt)}
+                 "tokens_predicted": len(run.tokens), "tokens_evaluated": len(run.generation.prompt)}
         if ev.get("probs") and not done:
             chunk["completion_probabilities"] = [run.probs[-1]]
         if done:
@@ -525,7 +529,7 @@ async def chat_completions(request: Request) -> Response:
 async def start(run: Run) -> Response:
     """Queue the task (a refusal, e.g. a prompt too long, is a plain JSON error) and answer."""
     try:
-        run.state.engine.submit(run.task)
+        run.seq = run.state.engine.submit(run.generation, run.emit)
     except EngineError as e:
         return error(str(e), e.kind, **e.extra)
     return await respond(run)

@@ -19,7 +19,8 @@ from ..engine.prompt import Prompt
 from ..kernels import apply_threads_here
 from ..vision import ImageError, load_projector
 from ..vision.mtmd import MtmdContext, media_marker
-from .engine import Engine
+from ..engine.context import Context
+from ..engine.scheduler import Scheduler
 from .params import NO_IMAGES, Completion, RequestError, base64_decode, load_media, messages_from
 
 
@@ -64,7 +65,8 @@ class ServerState:
         self.ready = False
         self.load_error: str | None = None
         self.t_start = time.time()
-        self.engine: Engine | None = None
+        self.engine: Scheduler | None = None
+        self.on_engine_failure = lambda reason: None  # the process decides (llama-server exits)
         self.thread: threading.Thread | None = None
         self.mtmd: MtmdContext | None = None
 
@@ -80,9 +82,10 @@ class ServerState:
             projector = load_projector(cfg.mmproj, cfg.image_min_tokens, cfg.image_max_tokens)
             self.mtmd = MtmdContext(projector, self.tokenizer, self.model)
         n_ctx = cfg.n_ctx or self.model.args.n_ctx_train
-        self.engine = Engine(self.model, self.tokenizer, n_ctx, cfg.n_parallel, cfg.n_batch,
-                             cfg.n_ubatch, type_k=cfg.type_k, type_v=cfg.type_v)
-        self.engine.ctx.use_threads(cfg.n_threads, cfg.n_threads_batch)  # -t, -tb
+        ctx = Context(self.model, n_ctx=n_ctx, n_seq=cfg.n_parallel, n_ubatch=cfg.n_ubatch,
+                      type_k=cfg.type_k, type_v=cfg.type_v, n_threads=cfg.n_threads,
+                      n_threads_batch=cfg.n_threads_batch)
+        self.engine = Scheduler(ctx, self.tokenizer, cfg.n_batch)
         source = template_source(cfg.chat_template or self.gguf.get("tokenizer.chat_template")
                                  or default_chat_template(cfg.model_path) or CHATML_TEMPLATE)
         tok = self.tokenizer
@@ -99,7 +102,23 @@ class ServerState:
 
     def _run_engine(self) -> None:
         apply_threads_here()  # -t: numba's thread count is per thread
-        self.engine.run()
+        try:
+            self.engine.run()
+        except BaseException:  # noqa: BLE001 - recorded in engine.failure; /health turns 503
+            pass
+        if self.engine.failure is not None:
+            self.on_engine_failure(self.engine.failure)
+
+    @property
+    def engine_failure(self) -> str | None:
+        """Why the engine thread is gone, while the server still runs; None when it is fine."""
+        if self.engine is None or self.thread is None:
+            return None
+        if self.engine.failure is not None:
+            return self.engine.failure
+        if not self.thread.is_alive() and not self.engine.stopping:
+            return "the engine thread has stopped"
+        return None
 
     def warm_up(self) -> None:
         """One short decode so the kernels are loaded before the first request (as llama.cpp)."""
@@ -248,7 +267,7 @@ class ServerState:
             ("predicted_tokens_seconds", "Average generation throughput in tokens/s",
              rate(m.bucket_predict)),
             ("requests_processing", "Number of requests processing", busy),
-            ("requests_deferred", "Number of requests deferred", e.n_deferred()),
+            ("requests_deferred", "Number of requests deferred", e.n_deferred),
             ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
              m.n_busy_slots / max(m.n_decode, 1)),
         ]

@@ -5,7 +5,7 @@ torch needed here), and the random 0.8B-shaped Q4_0 stand-in against llama.cpp i
 Every decode mode must match: the whole sequence as one batch, one token at a time and in
 micro-batches (snapshots split each micro-batch 4 tokens before its end), with the recurrent delta
 rule (the default) and the chunked one. Hybrid-cache behaviour: several sequences per batch, trim
-restoring the latest snapshot, prompt-prefix reuse through SequenceState.prefill.
+restoring the latest snapshot, prompt-prefix reuse through Slot.prefill.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from llamacpy.memory.batch import Batch
 from llamacpy.engine.context import Context
-from llamacpy.engine.generate import SequenceState
+from llamacpy.engine.sequence import Slot
 from llamacpy.format import open_gguf
 from llamacpy.models import load_model
 from llamacpy.models.qwen35 import GatedDeltaNet
@@ -154,7 +154,7 @@ def test_prefill_reuses_a_snapshot(tiny):
     """The same prompt again re-reads only from the snapshot 4 tokens before its end; a longer
     prompt continues from the snapshot at its end."""
     name, model, tokens, ref = tiny
-    state = SequenceState(Context(model, n_ctx=N_CTX, type_k="f32", type_v="f32"))
+    state = Slot(Context(model, n_ctx=N_CTX, type_k="f32", type_v="f32"))
     prompt = [int(t) for t in tokens[:40]]
     assert state.prefill(prompt)[1] == 0
     state.evaluate([int(t) for t in tokens[40:45]])

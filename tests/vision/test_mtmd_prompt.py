@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from llamacpy.engine.context import Context
-from llamacpy.engine.generate import SequenceState
+from llamacpy.engine.sequence import Slot
 from llamacpy.format import open_gguf
 from llamacpy.models import load_model
 from llamacpy.tokenizer import Tokenizer
@@ -58,8 +58,8 @@ def cells(prompt) -> np.ndarray:
     return out
 
 
-def run(model, prompt, n_ubatch: int = 512, state: SequenceState | None = None):
-    state = state or SequenceState(Context(model, n_ctx=256, n_ubatch=n_ubatch, type_k="f32",
+def run(model, prompt, n_ubatch: int = 512, state: Slot | None = None):
+    state = state or Slot(Context(model, n_ctx=256, n_ubatch=n_ubatch, type_k="f32",
                                            type_v="f32"))
     logits, _ = state.prefill(prompt)
     rows = [logits]
