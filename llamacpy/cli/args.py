@@ -233,12 +233,15 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser(tool: str, prog: str, description: str) -> argparse.ArgumentParser:
+def build_parser(tool: str, prog: str, description: str,
+                 defaults: bool = True) -> argparse.ArgumentParser:
+    """The tool's parser; without `defaults`, a flag absent from the command line is absent
+    from the result (how `given_dests` learns what the user set)."""
     parser = ArgumentParser(prog=prog, description=description, allow_abbrev=False)
     for flag in FLAGS:
         if tool not in flag.tools:
             continue
-        default = env_default(flag)
+        default = env_default(flag) if defaults else argparse.SUPPRESS
         if flag.type is SWITCH:
             parser.add_argument(*flag.names, dest=flag.dest, action="store_const",
                                 const=flag.const, default=default, help=flag.help)
@@ -256,12 +259,27 @@ def parse_args(tool: str, prog: str, description: str, argv: list[str]) -> argpa
     -ngl / --device / --mmproj-offload warn that everything runs on the CPU."""
     refuse_unsupported(argv, prog)
     args = build_parser(tool, prog, description).parse_args(argv)
+    args.given = given_dests(tool, prog, description, argv)
     redirect_log(args)
     for dest, (value, message) in REFUSED.items():
         if getattr(args, dest, None) is value:
             fail(prog, message)
     check_cpu_only(args, prog)
     return args
+
+
+def given_dests(tool: str, prog: str, description: str, argv: list[str]) -> set[str]:
+    """The dests the user set, on the command line or through LLAMA_ARG_* (a flag given at
+    its default value still counts: it beats model metadata, as in llama.cpp)."""
+    parsed = build_parser(tool, prog, description, defaults=False).parse_args(argv)
+    from_env = {f.dest for f in FLAGS if tool in f.tools and f.env and f.env in os.environ}
+    return set(vars(parsed)) | from_env
+
+
+def sampling_given(args: argparse.Namespace) -> set[str]:
+    """The SamplingParams fields the user set (all of them when `given` is unknown)."""
+    given = getattr(args, "given", None)
+    return {field for dest, field in SAMPLING.items() if given is None or dest in given}
 
 
 def fail(prog: str, message: str) -> None:

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ..hub import resolve_model
 from ..kernels import apply_threads_here, set_threads
 from .args import (LOG_DEBUG, LOG_INFO, cache_types, chat_template_text, parse_args,
-                   sampling_params, template_kwargs, verbosity)
+                   sampling_given, sampling_params, template_kwargs, verbosity)
 
 TOOL = "llama-server"
 
@@ -48,6 +48,7 @@ def server_config(args):
         chat_template_kwargs=parse_kwargs(args.chat_template_kwargs),
         reasoning_format=args.reasoning_format, reasoning=args.reasoning,
         reasoning_budget=args.reasoning_budget, sampling=sampling_params(args),
+        sampling_given=sampling_given(args),
         mmproj=args.mmproj, image_min_tokens=args.image_min_tokens,
         image_max_tokens=args.image_max_tokens, warmup=args.warmup,
         n_threads=args.threads, n_threads_batch=args.threads_batch,

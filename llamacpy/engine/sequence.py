@@ -4,8 +4,9 @@ strings with held-back text, end of generation, the thinking budget, n_probs, ti
 finish reason. It is the only place a generated token becomes text.
 
 A Sequence tells its caller what happens through `emit(event)`, one dict per event:
-  {"type": "token", "token", "text", "probs"[, "logits"]}: text is "" while a stop string may be
-      starting; "logits" (float32 [n_vocab], before sampling) only with Request.return_logits
+  {"type": "token", "token", "text", "probs"[, "logits"][, "timings"]}: text is "" while a stop
+      string may be starting; "logits" (float32 [n_vocab], before sampling) only with
+      Request.return_logits, "timings" only with Request.timings_per_token
   {"type": "done", "text" (the tail held back until now), "stop_type" ("eos", "word", "limit"),
       "stopping_word", "probs", "id_slot", "timings", "n_prompt", "n_cached", "n_decoded"}
   {"type": "error", "message", "kind"}: the sequence failed; its request alone fails
@@ -60,6 +61,7 @@ class Request:
     starts_in_thinking: bool = False
     token_mask: TokenMask | None = None
     return_logits: bool = False
+    timings_per_token: bool = False  # token events carry the timings so far
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -205,6 +207,8 @@ class Sequence:
         event = {"type": "token", "token": token, "text": released, "probs": probs}
         if req.return_logits:
             event["logits"] = logits
+        if req.timings_per_token:
+            event["timings"] = self.timings()
         self.emit(event)
         if hit:
             word = next((s for s in req.stop if s in self.pending), "")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -232,22 +232,28 @@ def pre_sampling_probs(
     return chosen, [TokenProb(int(i), float(p[i])) for i in top]
 
 
-# tokenizer -> {"pieces": [...], breakers tuple: table}; llama.cpp rescans per request
+# tokenizer -> {"pieces": [...], "tables": {breakers tuple: table}}; llama.cpp rescans per
+# request. The tables are bounded (least recently used go first): each request may send its own.
 _DRY_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+DRY_TABLES_KEPT = 16
 
 
 def _tokenizer_breakers(tokenizer: Any, breakers: Sequence[str]) -> dict:
     """dry_breakers for a llamacpy Tokenizer, cached per tokenizer and breaker list."""
-    cache = _DRY_TABLES.setdefault(tokenizer, {})
-    key = tuple(breakers)
-    if key not in cache:
-        if "pieces" not in cache:
-            n = tokenizer.n_vocab
-            cache["pieces"] = [tokenizer.detokenize([t], False, True) for t in range(n)]
-        cache[key] = dry_breakers(
-            cache["pieces"], lambda text: tokenizer.tokenize(text, False, False), breakers
-        )
-    return cache[key]
+    cache = _DRY_TABLES.setdefault(tokenizer, {"tables": OrderedDict()})
+    tables, key = cache["tables"], tuple(breakers)
+    if key in tables:
+        tables.move_to_end(key)
+        return tables[key]
+    if "pieces" not in cache:
+        n = tokenizer.n_vocab
+        cache["pieces"] = [tokenizer.detokenize([t], False, True) for t in range(n)]
+    tables[key] = dry_breakers(
+        cache["pieces"], lambda text: tokenizer.tokenize(text, False, False), breakers
+    )
+    while len(tables) > DRY_TABLES_KEPT:
+        tables.popitem(last=False)
+    return tables[key]
 
 
 def _first_zero(p: np.ndarray) -> int:

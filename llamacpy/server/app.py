@@ -278,10 +278,12 @@ class Run:
             prompt=prompt, params=c.params, n_predict=c.n_predict, stop=c.stop,
             ignore_eos=c.ignore_eos, n_probs=c.n_probs, post_sampling_probs=c.post_sampling_probs,
             id_slot=c.id_slot, cache_prompt=c.cache_prompt, starts_in_thinking=opens_thinking,
-            reasoning_budget=state.cfg.reasoning_budget, think_end_tokens=state.think_end_tokens)
+            reasoning_budget=state.cfg.reasoning_budget, think_end_tokens=state.think_end_tokens,
+            timings_per_token=c.timings_per_token)
         self.emit = lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev)
         self.seq: Sequence | None = None
-        self.reasoning = ReasoningParser(state.cfg.reasoning_format, opens_thinking) \
+        self.reasoning = ReasoningParser(c.reasoning_format or state.cfg.reasoning_format,
+                                         opens_thinking) \
             if kind == "chat" else ReasoningParser("none")
         self.content = self.reasoning_text = ""
         self.tokens: list[int] = []
@@ -415,11 +417,20 @@ async def stream_body(run: Run, events: AsyncIterator[dict]) -> AsyncIterator[st
 
 
 def stream_chunks(run: Run, ev: dict, reasoning: str, content: str, base: dict) -> list[dict]:
+    chunks = event_chunks(run, ev, reasoning, content, base)
+    if "timings" in ev and ev["type"] == "token":  # timings_per_token
+        for chunk in chunks:
+            chunk["timings"] = ev["timings"]
+    return chunks
+
+
+def event_chunks(run: Run, ev: dict, reasoning: str, content: str, base: dict) -> list[dict]:
     done = ev["type"] == "done"
     if run.kind == "native":
         chunk = {"index": 0, "content": content, "tokens": [ev["token"]] if ev.get("token")
                  is not None else [], "stop": done, "id_slot": ev.get("id_slot", -1),
-                 "tokens_predicted": len(run.tokens), "tokens_evaluated": len(run.generation.prompt)}
+                 "tokens_predicted": len(run.tokens),
+                 "tokens_evaluated": len(run.generation.prompt)}
         if ev.get("probs") and not done:
             chunk["completion_probabilities"] = [run.probs[-1]]
         if done:

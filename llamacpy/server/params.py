@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from ..chat.reasoning import FORMATS as REASONING_FORMATS
 from ..sampling import SamplingParams
 from ..sampling.params import NOT_IMPLEMENTED, SAMPLER_ALIASES, SAMPLER_CHARS, UnsupportedSampler
 
@@ -42,6 +43,7 @@ class NotSupported(RequestError):
 # -- the body -----------------------------------------------------------------------------------
 
 MAX_DEPTH = 128  # nesting levels of arrays and objects in a request body
+MAX_STOPS, MAX_STOP_LENGTH = 64, 1024  # stop strings in a request, characters in each
 
 
 def _not_a_number(name: str):
@@ -370,9 +372,11 @@ def completion_fields(limits: Limits) -> dict[str, dict]:
         "n_predict": n_predict, "max_tokens": n_predict, "max_completion_tokens": n_predict,
         "stream": boolean(),
         "stream_options": obj({"include_usage": boolean()}),
-        "stop": any_of(string(), array(string())),
+        # bounded: every generated token is checked against each stop string
+        "stop": any_of(string(max_length=MAX_STOP_LENGTH),
+                       array(string(max_length=MAX_STOP_LENGTH), max_items=MAX_STOPS)),
         "ignore_eos": boolean(), "cache_prompt": boolean(), "return_tokens": boolean(),
-        "timings_per_token": boolean(),
+        "timings_per_token": boolean(doc="timings in every streamed chunk"),
         "id_slot": integer(-1, limits.n_slots - 1, "-1: any idle slot"),
         "n_keep": integer(-1, doc="-1: the whole prompt"),
         "model": string(), "user": string(),
@@ -454,7 +458,8 @@ def request_fields(route: str, limits: Limits) -> tuple[dict[str, dict], list[st
     messages = array(message_schema(), min_items=1)
     if route == "chat":
         return {**completion_fields(limits), "messages": messages, **tools_fields(),
-                "logprobs": boolean(), "top_logprobs": integer(0, 100)}, ["messages"]
+                "logprobs": boolean(), "top_logprobs": integer(0, 100),
+                "reasoning_format": string(enum=list(REASONING_FORMATS))}, ["messages"]
     if route == "apply-template":
         return {"messages": messages, **tools_fields()}, ["messages"]
     if route == "tokenize":
@@ -550,6 +555,8 @@ class Completion:
     id_slot: int = -1
     return_tokens: bool = False
     model: str = ""
+    timings_per_token: bool = False
+    reasoning_format: str | None = None  # chat: this request's, else the server's
 
 
 Tokenize = Callable[[str], list[int]]
@@ -648,6 +655,8 @@ def completion_from(data: dict, base: SamplingParams, default_n_predict: int, ro
     elif route == "completion" and isinstance(logprobs, int) and "n_probs" not in data:
         c.n_probs = logprobs
     c.params.n_probs = c.n_probs
+    c.timings_per_token = data.get("timings_per_token") is True
+    c.reasoning_format = data.get("reasoning_format")
     return c
 
 

@@ -46,6 +46,7 @@ class ServerConfig:
     reasoning: str = "auto"  # on / off / auto: enable_thinking in the template
     reasoning_budget: int = -1
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    sampling_given: set[str] | None = None  # fields the command line set; None: those != default
     mmproj: str | None = None  # --mmproj: the vision projector
     image_min_tokens: int = -1
     image_max_tokens: int = -1
@@ -93,7 +94,7 @@ class ServerState:
                                      add_eos=tok.add_eos)
         self.think_end_tokens = tok.tokenize("\n</think>\n\n", add_special=False,
                                              parse_special=True)
-        self.sampling_defaults = SamplingParams.from_gguf(self.gguf, **_overrides(cfg.sampling))
+        self.sampling_defaults = SamplingParams.from_gguf(self.gguf, **sampling_overrides(cfg))
         self.warm_up()
         self.thread = threading.Thread(target=self._run_engine, name="llamacpy-engine",
                                        daemon=True)
@@ -281,10 +282,13 @@ class ServerState:
         return "\n".join(lines) + "\n"
 
 
-def _overrides(p: SamplingParams) -> dict:
-    """Fields the command line set away from llama.cpp's defaults (they beat model metadata)."""
-    base = SamplingParams()
-    return {k: v for k, v in vars(p).items() if v != getattr(base, k)}
+def sampling_overrides(cfg: ServerConfig) -> dict:
+    """The sampling fields the command line set: they beat the model's general.sampling.*
+    metadata, even at llama.cpp's default value (common_params_sampling's user_sampling_config)."""
+    p, base = cfg.sampling, SamplingParams()
+    if cfg.sampling_given is None:
+        return {k: v for k, v in vars(p).items() if v != getattr(base, k)}
+    return {k: getattr(p, k) for k in cfg.sampling_given}
 
 
 def parse_kwargs(text: str | None) -> dict:

@@ -87,10 +87,10 @@ SAMPLING = {
 
 def server_sampling(field, value):
     """In the ServerConfig and in the request defaults the server builds from it."""
-    from llamacpy.server.state import _overrides
+    from llamacpy.server.state import sampling_overrides
 
     def check(r):
-        defaults = SamplingParams.from_gguf({}, **_overrides(r.cfg.sampling))
+        defaults = SamplingParams.from_gguf({}, **sampling_overrides(r.cfg))
         return getattr(r.cfg.sampling, field) == value and getattr(defaults, field) == value
 
     return check
@@ -477,3 +477,21 @@ def test_switch_flags_are_switches():
             assert flag.const != flag.default or any(
                 other.dest == flag.dest and other.const != flag.const for other in FLAGS
                 if other is not flag), flag.names
+
+
+def test_a_sampling_flag_at_its_default_value_still_beats_model_metadata(monkeypatch, paths):
+    """--temp 0.8 is llama.cpp's default, yet given by the user it wins over a model's
+    general.sampling.temp; a flag left out lets the metadata through."""
+    from llamacpy.sampling import SamplingParams
+    from llamacpy.server.state import sampling_overrides
+
+    monkeypatch.delenv("LLAMA_ARG_TEMPERATURE", raising=False)
+    monkeypatch.delenv("LLAMA_ARG_TOP_K", raising=False)
+    meta = {"general.sampling.temp": 0.6, "general.sampling.top_k": 20}
+    cfg = server.server_config(parse_args("server", "llama-server", "", ["-m", paths["model"], "--temp", "0.8"]))
+    params = SamplingParams.from_gguf(meta, **sampling_overrides(cfg))
+    assert params.temperature == 0.8 and params.top_k == 20
+    monkeypatch.setenv("LLAMA_ARG_TOP_K", "40")
+    cfg = server.server_config(parse_args("server", "llama-server", "", ["-m", paths["model"]]))
+    params = SamplingParams.from_gguf(meta, **sampling_overrides(cfg))
+    assert params.temperature == 0.6 and params.top_k == 40
