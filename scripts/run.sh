@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The main job: install llamacpy, fetch the default model (Gemma 3 270M) into the model cache,
-# and start llama-server on it. Extra arguments go to llama-server (e.g. --port 8081 -np 4).
+# The main job: install llamacpy, fetch the default model (Qwen2.5-Coder 0.5B Instruct, the
+# catalogue's DEFAULT_MODEL) into the model cache, and start llama-server on it. MODEL_NAME=NAME
+# serves another catalogue model; extra arguments go to llama-server (e.g. --port 8081 -np 4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS= scripts/setup.sh
-MODEL=$(.venv/bin/llamacpy pull gemma3-270m)
+DEFAULT=$(.venv/bin/python -c 'from llamacpy.hub import DEFAULT_MODEL; print(DEFAULT_MODEL)')
+NAME=${MODEL_NAME:-$DEFAULT}
+MODEL=$(.venv/bin/llamacpy pull "$NAME")
 HOST=${HOST:-127.0.0.1}
 PORT=${PORT:-8080}
 echo "== model: $MODEL"

