@@ -13,6 +13,7 @@ import os
 import numba
 import numpy as np
 
+from . import runtime  # noqa: F401  (before any kernel compiles: fp16 routines)
 from .dequant import dequantize_rows
 from .matmul import matmul
 from .matvec import matvec
