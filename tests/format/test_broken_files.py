@@ -88,7 +88,8 @@ def test_thousand_mutants_fail_cleanly(valid_file, tmp_path):
             outcomes["error"] += 1
         except Exception as e:  # anything else is a crash of the reader
             pytest.fail(f"mutant {i}: {type(e).__name__}: {e}")
-        assert time.perf_counter() - start < 2.0, f"mutant {i} took too long"
+        # a hang limit, not a speed check: a broken size field must not make the reader loop
+        assert time.perf_counter() - start < 30.0, f"mutant {i} hung"
     assert outcomes["error"] > N_MUTANTS // 2, outcomes
 
 

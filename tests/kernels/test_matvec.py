@@ -172,26 +172,29 @@ def test_linear_and_get_rows_on_real_model(real_models):
 
 
 FIRST_CALL = textwrap.dedent("""
-    import time
-    t0 = time.perf_counter()
+    import sys
     import numpy as np
+    from numba.core.registry import CPUDispatcher
     from llamacpy.format.constants import GGMLType
     from llamacpy.kernels import matvec
     w = np.zeros((64, 144 * 4), np.uint8)
-    t1 = time.perf_counter()
     matvec(w, GGMLType.Q4_K, np.ones(1024, np.float32))
-    t2 = time.perf_counter()
-    print(f"{t1 - t0:.3f} {t2 - t1:.3f}")
+    kernels = {id(d): d for m in list(sys.modules.values())
+               if getattr(m, "__name__", "").startswith("llamacpy.kernels")
+               for d in vars(m).values() if isinstance(d, CPUDispatcher)}.values()
+    hits = sum(sum(d.stats.cache_hits.values()) for d in kernels)
+    misses = sum(sum(d.stats.cache_misses.values()) for d in kernels)
+    print(hits, misses)
 """)
 
 
 @pytest.mark.slow
 def test_second_process_loads_kernels_from_cache():
-    """A fresh process finds the compiled kernel in numba's cache: its first matvec is fast."""
+    """A fresh process finds the compiled kernels in numba's cache: its first matvec compiles
+    nothing (counted by numba's dispatcher stats, not timed: the machine may be busy)."""
     env = dict(os.environ)
     run = lambda: subprocess.run([sys.executable, "-c", FIRST_CALL], capture_output=True,
                                  text=True, env=env, check=True).stdout.split()
     run()  # compiles into the cache unless an earlier run did
-    import_s, first_call_s = map(float, run())
-    print(f"fresh process: import {import_s:.3f} s, first Q4_K matvec {first_call_s:.3f} s")
-    assert first_call_s < 1.0
+    hits, misses = map(int, run())
+    assert hits > 0 and misses == 0, f"cache hits {hits}, misses (compiled) {misses}"
