@@ -14,6 +14,7 @@ import numba
 import numpy as np
 
 from . import runtime  # noqa: F401  (before any kernel compiles: fp16 routines)
+from . import fast_inline  # noqa: F401  (before any kernel compiles: cheaper inlining)
 from .dequant import dequantize_rows
 from .matmul import matmul
 from .matvec import matvec

@@ -63,7 +63,7 @@ def repack_as_q8_0(w_blocks: np.ndarray, ggml_type: int) -> np.ndarray:
     out = np.empty((w_blocks.shape[0], w_blocks.shape[1] // size * 34), np.uint8)
     kernel = repack_q5_0 if ggml_type == GGMLType.Q5_0 else repack_iq4_nl
     call_kernel(kernel, np.ascontiguousarray(w_blocks), out)
-    return out
+    return read_only(out)
 
 
 def repack_as_q8_0_reference(w_blocks: np.ndarray, ggml_type: int) -> np.ndarray:
@@ -112,4 +112,12 @@ def repack_q6_k_bytes(w_blocks: np.ndarray) -> np.ndarray:
         dst[:, : 32 * nb] = q.reshape(n, -1).view(np.uint8)
         dst[:, 32 * nb : 36 * nb] = sc.reshape(n, -1).view(np.uint8)
         dst[:, 36 * nb :] = d.reshape(n, -1).view(np.uint8)
-    return out
+    return read_only(out)
+
+
+def read_only(w: np.ndarray) -> np.ndarray:
+    """A repacked matrix marked read-only, as the mapped file's matrices are: numba types an
+    array's writability into a kernel's signature, so a writable Q8_0 repack would compile
+    every Q8_0 kernel a second time (same machine code) beside the file's Q8_0 matrices."""
+    w.setflags(write=False)
+    return w

@@ -16,6 +16,7 @@ from ..models import load_model
 from ..sampling import SamplingParams
 from ..tokenizer import Tokenizer
 from ..engine.prompt import Prompt
+from ..engine.warmup import Source, warm_up
 from ..kernels import apply_threads_here
 from ..vision import ImageError, load_projector
 from ..vision.mtmd import MtmdContext, media_marker
@@ -122,12 +123,18 @@ class ServerState:
         return None
 
     def warm_up(self) -> None:
-        """One short decode so the kernels are loaded before the first request (as llama.cpp)."""
-        from ..memory.batch import Batch
+        """The warm-up decodes (engine/warmup.py: prompt, few-token, one-token and batched
+        steps) before `ready`, so /health says 503 until every kernel is compiled and the
+        first request runs at speed; --no-warmup (cfg.warmup False) skips them. Also loads
+        the anyio modules that starlette's streamed responses would load at the first one
+        (anyio imports lazily: 20-50 ms on the first streamed reply otherwise)."""
+        if self.cfg.warmup:
+            warm_up(self.engine.ctx, self.tokenizer,
+                    source=Source(self.cfg.model_path, self.cfg.repack))
+            import anyio
 
-        ctx = self.engine.ctx
-        ctx.decode(Batch.from_tokens([self.tokenizer.bos if self.tokenizer.bos >= 0 else 0]))
-        ctx.cache.clear()
+            for name in dir(anyio):
+                getattr(anyio, name, None)
 
     def stop(self) -> None:
         if self.engine is not None:

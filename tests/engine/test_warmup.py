@@ -1,0 +1,99 @@
+"""The load-time warm-up (engine/warmup.py): after it, a request's shapes compile nothing."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import numpy as np
+import pytest
+from numba.core.registry import CPUDispatcher
+
+import llamacpy.kernels
+from llamacpy.cli.warmup import write_all_types_model
+from llamacpy.engine.context import Context
+from llamacpy.engine.warmup import PROMPT_TOKENS, warm_up
+from llamacpy.format import GGMLType, open_gguf
+from llamacpy.memory.batch import Batch
+from llamacpy.models import load_model
+
+TYPES = [GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.F16]  # few types: a short compile
+
+
+def compiled_signatures() -> dict[str, int]:
+    counts = {}
+    for info in pkgutil.iter_modules(llamacpy.kernels.__path__):
+        mod = importlib.import_module(f"llamacpy.kernels.{info.name}")
+        for name, obj in vars(mod).items():
+            if isinstance(obj, CPUDispatcher):
+                counts[f"{mod.__name__}.{name}"] = len(obj.signatures)
+    return counts
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return write_all_types_model(tmp_path_factory.mktemp("warmup") / "tiny.gguf", TYPES)
+
+
+@pytest.mark.parametrize("n_seq,repack", [(1, False), (3, True)])
+def test_requests_after_the_warm_up_compile_nothing(tiny, n_seq, repack):
+    ctx = Context(load_model(open_gguf(tiny), repack=repack), n_ctx=128 * n_seq, n_seq=n_seq)
+    labels = [label for label, _ in warm_up(ctx)]
+    assert len(labels) == (4 if n_seq > 1 else 3)
+    assert not ctx.cache.n_past.any()  # the warm-up's tokens are forgotten
+    before = compiled_signatures()
+    # what a server does: a long prompt, a short one, decode steps, a batched step
+    for seq, n in enumerate([PROMPT_TOKENS + 11, 5][:n_seq]):
+        ctx.decode(Batch.from_tokens(list(range(3, 3 + n)), seq=seq))
+    ctx.decode(Batch.from_tokens([7], pos0=int(ctx.cache.n_past[0])))
+    if n_seq > 1:
+        pos = ctx.cache.n_past[:n_seq].astype(np.int32)
+        ctx.decode(Batch(np.full(n_seq, 9, np.int32), pos, np.arange(n_seq, dtype=np.int32),
+                         np.ones(n_seq, bool)))
+    after = compiled_signatures()
+    assert {k: v for k, v in after.items() if v != before.get(k)} == {}
+
+
+def test_fits_a_tiny_context(tiny):
+    ctx = Context(load_model(open_gguf(tiny)), n_ctx=6, n_seq=2)
+    assert [label for label, _ in warm_up(ctx)][0] == "prompt batch (3 tokens)"
+    assert not ctx.cache.n_past.any()
+
+
+WARM_UP_IN_A_FRESH_PROCESS = """
+import sys
+from numba.core.registry import CPUDispatcher
+from llamacpy.engine.context import Context
+from llamacpy.engine.warmup import Source, warm_up
+from llamacpy.format import open_gguf
+from llamacpy.models import load_model
+import llamacpy.kernels.attention, llamacpy.kernels.matmul, llamacpy.kernels.matvec
+
+ctx = Context(load_model(open_gguf(sys.argv[1])), n_ctx=128)
+warm_up(ctx, source=Source(sys.argv[1]), jobs=2)
+misses = sum(sum(obj.stats.cache_misses.values()) for mod in
+             (llamacpy.kernels.attention, llamacpy.kernels.matmul, llamacpy.kernels.matvec)
+             for obj in vars(mod).values() if isinstance(obj, CPUDispatcher))
+print(misses)
+"""
+
+
+def test_kernels_compiled_by_helpers_land_in_the_cache(tmp_path):
+    """jobs=2 on an empty numba cache: a helper process compiles part of the kernels; after it,
+    a new process finds every kernel in the cache."""
+    import os
+    import subprocess
+    import sys
+
+    model = write_all_types_model(tmp_path / "q8.gguf", [GGMLType.Q8_0])
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), TMPDIR=str(tmp_path / "tmp"))
+    run = lambda: subprocess.run([sys.executable, "-c", WARM_UP_IN_A_FRESH_PROCESS,  # noqa: E731
+                                  str(model)], env=env, capture_output=True, text=True,
+                                 timeout=900)
+    first = run()
+    assert first.returncode == 0, first.stderr
+    second = run()
+    assert second.returncode == 0, second.stderr
+    assert int(second.stdout.split()[-1]) == 0
+    assert not list((tmp_path / "tmp").iterdir())  # the claim files are gone
