@@ -95,25 +95,27 @@ def conv1d_reference(x, starts, stops, slots, states, wt) -> np.ndarray:
 def _delta_rule_recurrent(q, k, v, g, beta, starts, stops, slots, states, scale, out):
     n_seg, n_v_heads, d = starts.shape[0], v.shape[1], v.shape[2]
     n_k_heads = q.shape[1]
-    for task in prange(n_seg * n_v_heads):
-        sg, h = task // n_v_heads, task % n_v_heads
+    # parallel over heads only: two segments of one sequence update the same state, so the
+    # segments of a head run in row order (in parallel they raced)
+    for h in prange(n_v_heads):
         hk = h % n_k_heads
-        st = states[slots[sg], h]  # [d_v (j), d_k (i)]
-        for t in range(starts[sg], stops[sg]):
-            decay = np.exp(g[t, h])
-            b = beta[t, h]
-            qt, kt = q[t, hk], k[t, hk]
-            for j in range(d):
-                dot = np.float32(0)
-                for i in range(d):
-                    dot += (ld2(st, j, i) * decay) * ld(kt, i)
-                delta = (v[t, h, j] - dot) * b
-                acc = np.float32(0)
-                for i in range(d):
-                    s = ld2(st, j, i) * decay + delta * ld(kt, i)
-                    st2(st, j, i, s)
-                    acc += s * ld(qt, i)
-                out[t, h, j] = acc * scale
+        for sg in range(n_seg):
+            st = states[slots[sg], h]  # [d_v (j), d_k (i)]
+            for t in range(starts[sg], stops[sg]):
+                decay = np.exp(g[t, h])
+                b = beta[t, h]
+                qt, kt = q[t, hk], k[t, hk]
+                for j in range(d):
+                    dot = np.float32(0)
+                    for i in range(d):
+                        dot += (ld2(st, j, i) * decay) * ld(kt, i)
+                    delta = (v[t, h, j] - dot) * b
+                    acc = np.float32(0)
+                    for i in range(d):
+                        s = ld2(st, j, i) * decay + delta * ld(kt, i)
+                        st2(st, j, i, s)
+                        acc += s * ld(qt, i)
+                    out[t, h, j] = acc * scale
 
 
 def delta_rule_recurrent(q, k, v, g, beta, starts, stops, slots, states, out) -> np.ndarray:

@@ -255,7 +255,7 @@ TABLE = [
     ("tokenize-5MB", "POST", TOK, js({"content": "z" * (5 * MB)}), 400, TOO_LONG),
     ("prompt-2M-token-ids", "POST", C, js({"prompt": [1] * 2_000_000}), 400, TOO_LONG),
     ("unknown-field-5MB", "POST", C, cmpl(padding="p" * (5 * MB)), 200, None),
-    ("stop-100k-strings", "POST", C, cmpl(stop=[f"#{i}#" for i in range(100_000)]), 200, None),
+    ("stop-100k-strings", "POST", C, cmpl(stop=[f"#{i}#" for i in range(100_000)]), 400, INVALID),
     ("image-5MB-without-mmproj", "POST", C, js({"prompt": {"prompt_string": "<__media__>",
                                                           "multimodal_data": ["A" * 5 * MB]}}),
      400, INVALID),
