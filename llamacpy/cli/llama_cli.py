@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from ..chat import ChatTemplate, template_source
 from ..engine.prompt import Prompt
 from ..engine.sequence import Request
+from ..engine.warmup import warm_up as engine_warm_up
 from ..hub import default_chat_template, resolve_model
 from ..llama import Llama
 from .args import (LOG_DEBUG, LOG_INFO, cache_types, chat_template_text, csv_values, parse_args,
@@ -55,14 +56,13 @@ def llama_kwargs(args) -> dict:
             "verbose": verbosity(args) >= LOG_DEBUG}
 
 
-def warm_up(llm: Llama) -> None:
-    """llama.cpp's warm-up (common_init_from_params): decode BOS and EOS as a batch, then one
-    token (the batch and the single-token kernels), and forget them, so the first prompt's
-    timing holds no kernel loading; --no-warmup skips it."""
-    tokens = [t for t in (llm.token_bos(), llm.token_eos()) if t >= 0] or [0, 0]
-    llm.eval(tokens)
-    llm.eval(tokens[:1])
+def warm_up(llm: Llama) -> list[tuple[str, float]]:
+    """The server's warm-up (engine/warmup.py: prompt, few-token and one-token decodes), then
+    forget them, so the first prompt's timing holds no kernel compilation; --no-warmup skips
+    it. Returns (step, seconds) per step."""
+    timings = engine_warm_up(llm._ctx, llm.tokenizer())
     llm.reset()
+    return timings
 
 
 def log_settings(llm: Llama, args) -> None:

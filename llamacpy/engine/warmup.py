@@ -21,8 +21,7 @@ draws once, so their first-call costs are paid here too.
 
 Compiling in parallel: numba compiles under one process-wide lock, so with `source` (the model's
 path and --repack) the kernels are shared out among processes (`jobs`, default
-LLAMACPY_COMPILE_JOBS, else the idle cores, at most 4). At the first kernel missing from
-numba's cache, helper processes start, load the same model and run the same steps; whichever
+LLAMACPY_COMPILE_JOBS, else 1: opt-in). At the first kernel missing from numba's cache, helper processes start, load the same model and run the same steps; whichever
 process calls a kernel first claims it (a file in a shared directory) and compiles it. Every
 process skips the kernels that others claimed and have not finished (its outputs are then
 garbage, thrown away with the cache), so all of them compile at once; if this process skipped
@@ -154,20 +153,10 @@ def _text_paths(ctx, tokenizer) -> None:
 
 
 def compile_jobs() -> int:
-    """Processes that may compile kernels at once: LLAMACPY_COMPILE_JOBS, else one per core
-    this process may use that the load average leaves idle (a helper on a busy core only
-    competes with this process), at most 4 (each holds its own numba and LLVM, ~0.3 GB)."""
-    if os.environ.get("LLAMACPY_COMPILE_JOBS"):
-        return max(1, int(os.environ["LLAMACPY_COMPILE_JOBS"]))
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    try:
-        idle = cores - os.getloadavg()[0]
-    except OSError:
-        idle = cores
-    return max(1, min(4, cores, 1 + int(idle)))
+    """Processes that may compile kernels at once: LLAMACPY_COMPILE_JOBS, else 1. Helper
+    processes are opt-in (here or `llamacpy warmup -j N`, at most a few: each holds its own
+    numba and LLVM, ~0.3 GB): on the 2-core machines measured so far they did not pay."""
+    return max(1, int(os.environ.get("LLAMACPY_COMPILE_JOBS") or 1))
 
 
 def _skip(*args, **kwargs):

@@ -443,24 +443,13 @@ def test_ignore_eos_is_every_requests_default():
     assert ignore_eos({}) is False
 
 
-def test_cli_warm_up_decodes_once_and_forgets(monkeypatch):
-    calls = []
+def test_cli_warm_up_decodes_every_path_and_forgets():
+    from llamacpy import Llama
 
-    class Llm:
-        def token_bos(self):
-            return 1
-
-        def token_eos(self):
-            return 2
-
-        def eval(self, tokens):
-            calls.append(("eval", tokens))
-
-        def reset(self):
-            calls.append(("reset",))
-
-    llama_cli.warm_up(Llm())
-    assert calls == [("eval", [1, 2]), ("eval", [1]), ("reset",)]
+    llm = Llama("tests/golden/tiny_hf/llama.gguf", n_ctx=64, verbose=False)
+    steps = [label for label, _ in llama_cli.warm_up(llm)]
+    assert steps[0].startswith("prompt batch") and "one-token decode" in steps
+    assert llm.n_tokens == 0 and llm._slot.tokens == [] and llm._ctx.cache.n_past[0] == 0
 
 
 def test_log_disable_silences_the_timings(capsys):
