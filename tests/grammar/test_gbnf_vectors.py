@@ -27,9 +27,6 @@ _DIGITS = ("llama.cpp's converter writes integers as at most 16 digits ([1-9] [0
 _UNIQUE = ("llguidance refuses the keyword uniqueItems, which llama.cpp's converter ignores "
            "(test-grammar-llguidance.cpp renames it DISABLED_uniqueItems); the engine could drop "
            "it before compiling")
-_PREFIX = ("llama.cpp reads an object-valued prefixItems as the items of every element; "
-           "llguidance refuses it ('prefixItems must be an array')")
-
 # test id -> why our engine answers otherwise than llama.cpp (each one is a visible xfail)
 KNOWN_DIFFERENCES: dict[str, str] = {
     "schema:min 0|fail4": _DIGITS,
@@ -41,9 +38,6 @@ KNOWN_DIFFERENCES: dict[str, str] = {
     **{f"schema:required props|{kind}": _UNIQUE
        for kind in ("pass0", "pass1", "pass2", "fail0", "fail1", "fail2", "fail3", "fail4",
                     "fail5")},
-    "conversion:string array": _PREFIX,
-    "conversion:nullable string array": _PREFIX,
-    "conversion:array with empty items and prefixItems": _PREFIX,
     "conversion:unsupported regexp in a property": (
         "llama.cpp degrades a property whose pattern uses look-around to a plain string; "
         "llguidance's regex engine refuses look-around, so the whole schema is refused"),

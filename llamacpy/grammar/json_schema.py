@@ -1,0 +1,79 @@
+"""JSON schemas as grammars, with llama.cpp's reading of a schema (common/json-schema.cpp,
+json-schema-to-grammar.cpp) where it differs from llguidance's defaults:
+  - an object schema with `properties` and no `additionalProperties` allows no other keys
+    (JSON Schema itself, and llguidance, would allow any);
+  - whitespace between tokens is llama.cpp's `space` rule: nothing, one space, or one or two
+    newlines and up to 20 spaces or tabs, so a sampled reply cannot run on in whitespace.
+llguidance compiles the schema; keywords it does not implement are an error, not ignored.
+"""
+
+from __future__ import annotations
+
+import json
+
+import llguidance
+
+from .gbnf import GrammarError
+
+# llama.cpp's SPACE_RULE: | " " | "\n"{1,2} [ \t]{0,20}
+WHITESPACE = r"(?: |\n{1,2}[ \t]{0,20})?"
+
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_ONE = ("additionalProperties", "items", "not", "if", "then", "else", "contains",
+               "propertyNames", "unevaluatedProperties", "additionalItems")
+
+
+def load_schema(schema: dict | str | bool) -> dict | bool:
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as e:
+            raise GrammarError(f"the JSON schema is not valid JSON: {e.msg}", e.lineno,
+                               e.colno) from None
+    if not isinstance(schema, (dict, bool)):
+        raise GrammarError(f"a JSON schema must be an object or a boolean, not "
+                           f"{type(schema).__name__}")
+    return schema
+
+
+def closed_objects(schema):
+    """A copy where objects with `properties` and no `additionalProperties` allow no others."""
+    if isinstance(schema, list):
+        return [closed_objects(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    if isinstance(out.get("prefixItems"), dict):  # llama.cpp reads it as `items`
+        out.setdefault("items", out.pop("prefixItems"))
+    for key in _SCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {k: closed_objects(v) for k, v in out[key].items()}
+    for key in _SCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [closed_objects(s) for s in out[key]]
+    for key in _SCHEMA_ONE:
+        if key in out:
+            out[key] = closed_objects(out[key])
+    if isinstance(out.get("properties"), dict) and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+def schema_grammar(schema: dict | str | bool) -> str:
+    """The llguidance grammar for a JSON schema; GrammarError for one it cannot enforce."""
+    schema = closed_objects(load_schema(schema))
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(
+            schema, defaults={"whitespace_pattern": WHITESPACE})
+    except ValueError as e:
+        raise GrammarError(f"invalid JSON schema: {e}") from None
+    error = llguidance.LLMatcher.validate_grammar(grammar)
+    if error:
+        raise GrammarError(f"unsupported or invalid JSON schema: {error}")
+    return grammar
+
+
+def schema_lark(schema: dict | str | bool) -> str:
+    """The schema as a Lark `%json` item, for grammars that embed a JSON value (tool calls)."""
+    return "%json " + json.dumps(closed_objects(load_schema(schema)))

@@ -1,0 +1,176 @@
+"""Grammars as token masks: llguidance computes, for each step, the tokens that keep the output
+inside the grammar (llama.cpp: llama_sampler_grammar / its llguidance backend).
+
+llguidance is the engine because it is well kept, small (one wheel, no torch), reads GBNF-like
+Lark and JSON schemas itself, and computes a 150k-token mask in tens of microseconds; xgrammar
+needs torch. The pieces here:
+  - `Grammar`: a checked grammar, made from GBNF, a JSON schema or Lark;
+  - `vocabulary(tokenizer)`: our tokenizer as llguidance sees it (built once per tokenizer);
+  - `GrammarMask`: one generation's matcher, the engine's TokenMask;
+  - `LazyGrammarMask`: a grammar that starts at a trigger string (tool calls).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import llguidance
+import numpy as np
+
+from ..tokenizer import ATTR_CONTROL, ATTR_UNKNOWN, Tokenizer
+from .gbnf import GrammarError, parse_gbnf, to_lark, token_refs
+from .json_schema import schema_grammar
+
+_vocabularies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+class _TokenizerView:
+    """What llguidance.TokenizerWrapper reads: each token's bytes (special tokens marked with a
+    leading 0xff, llguidance's convention, so that text never matches them), the end tokens,
+    and a tokenize function."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        attrs = tokenizer.vocab.attrs
+        self.tokens = []
+        for i in range(tokenizer.n_vocab):
+            piece = tokenizer.token_to_piece(i, special=True)
+            self.tokens.append(b"\xff" + piece if attrs[i] & (ATTR_CONTROL | ATTR_UNKNOWN)
+                               else piece)
+        self.special_token_ids = [i for i, t in enumerate(self.tokens) if t[:1] == b"\xff"]
+        self.eog = [i for i in range(tokenizer.n_vocab) if tokenizer.is_eog(i)]
+        self.eos_token_id = self.eog[0] if self.eog else 0
+        self.bos_token_id = None
+        self._tokenizer = tokenizer
+
+    def __call__(self, text: bytes) -> list[int]:
+        return self._tokenizer.tokenize(text, add_special=False, parse_special=False)
+
+
+def vocabulary(tokenizer: Tokenizer) -> llguidance.LLTokenizer:
+    """The tokenizer as llguidance needs it (about half a second for 150k tokens, so cached)."""
+    with _lock:
+        vocab = _vocabularies.get(tokenizer)
+        if vocab is None:
+            view = _TokenizerView(tokenizer)
+            vocab = llguidance.LLTokenizer(llguidance.TokenizerWrapper(view), eos_token=view.eog)
+            _vocabularies[tokenizer] = vocab
+        return vocab
+
+
+def _token_id(tokenizer: Tokenizer):
+    """<text> references: the one token whose text is exactly `text`."""
+    def find(text: str) -> int | None:
+        ids = tokenizer.tokenize(text, add_special=False, parse_special=True)
+        return ids[0] if len(ids) == 1 else None
+    return find
+
+
+class Grammar:
+    """A grammar checked when it is made; `mask(tokenizer)` starts one generation under it."""
+
+    def __init__(self, lark: str | None = None, kind: str = "lark", rules=None):
+        self.kind = kind
+        self._lark, self._rules = lark, rules  # GBNF with <text> references binds per tokenizer
+        if lark is not None:
+            _validate(lark)
+
+    @classmethod
+    def from_gbnf(cls, text: str) -> Grammar:
+        rules = parse_gbnf(text)
+        if any(t.text is not None for t in token_refs(rules)):
+            return cls(kind="gbnf", rules=rules)
+        return cls(to_lark(rules), "gbnf")
+
+    @classmethod
+    def from_json_schema(cls, schema: dict | str | bool) -> Grammar:
+        return cls(schema_grammar(schema), "json_schema")
+
+    @classmethod
+    def from_lark(cls, text: str) -> Grammar:
+        return cls(text, "lark")
+
+    def lark(self, tokenizer: Tokenizer) -> str:
+        if self._lark is not None:
+            return self._lark
+        return to_lark(self._rules, _token_id(tokenizer))
+
+    def mask(self, tokenizer: Tokenizer) -> GrammarMask:
+        return GrammarMask(self.matcher(tokenizer), tokenizer.n_vocab)
+
+    def matcher(self, tokenizer: Tokenizer) -> llguidance.LLMatcher:
+        matcher = llguidance.LLMatcher(vocabulary(tokenizer), self.lark(tokenizer), log_level=0)
+        if matcher.is_error():
+            raise GrammarError(f"invalid grammar: {matcher.get_error()}")
+        return matcher
+
+    def accepts(self, tokenizer: Tokenizer, text: str) -> bool:
+        """Whether `text` is a complete match (the text's own tokens, fed to a matcher)."""
+        matcher = self.matcher(tokenizer)
+        tokens = tokenizer.tokenize(text, add_special=False, parse_special=False)
+        return matcher.consume_tokens(tokens) and matcher.is_accepting()
+
+
+def _validate(lark: str) -> None:
+    error = llguidance.LLMatcher.validate_grammar(lark)
+    if error:
+        raise GrammarError(f"invalid grammar: {error}")
+
+
+class GrammarMask:
+    """The engine's TokenMask for one generation: the allowed tokens as a bool array."""
+
+    def __init__(self, matcher: llguidance.LLMatcher, n_vocab: int):
+        self.matcher, self.n_vocab = matcher, n_vocab
+        self._bits = np.zeros((n_vocab + 31) // 32, dtype=np.int32)
+
+    def allowed(self) -> np.ndarray | None:
+        m = self.matcher
+        if m.is_error():
+            raise GrammarError(f"grammar: {m.get_error()}")
+        m.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+        bits = np.unpackbits(self._bits.view(np.uint8), bitorder="little")
+        return bits[: self.n_vocab].view(bool)
+
+    def accept(self, token: int) -> None:
+        if not self.matcher.consume_token(int(token)):
+            raise GrammarError(f"grammar: token {token} does not fit: {self.matcher.get_error()}")
+
+    def is_finished(self) -> bool:
+        return self.matcher.is_stopped()
+
+
+class LazyGrammarMask:
+    """A grammar that applies only from the first trigger string on (llama.cpp's lazy grammar,
+    used for tool calls): the text before is free; at the trigger, the matcher is given the
+    text from the trigger's first byte and constrains every token after."""
+
+    def __init__(self, grammar: Grammar, tokenizer: Tokenizer, triggers: list[str]):
+        if not triggers:
+            raise ValueError("a lazy grammar needs at least one trigger")
+        self.grammar, self.tokenizer = grammar, tokenizer
+        self.triggers = [t.encode() for t in triggers]
+        self.text = b""  # bytes generated so far, until triggered
+        self.active: GrammarMask | None = None
+        grammar.matcher(tokenizer)  # a grammar error shows now, before the request is queued
+
+    def allowed(self) -> np.ndarray | None:
+        return self.active.allowed() if self.active is not None else None
+
+    def accept(self, token: int) -> None:
+        if self.active is not None:
+            return self.active.accept(token)
+        self.text += self.tokenizer.token_to_piece(int(token), special=True)
+        starts = [i for i in (self.text.find(t) for t in self.triggers) if i >= 0]
+        if not starts:
+            return
+        self.active = self.grammar.mask(self.tokenizer)
+        tail = self.text[min(starts):]
+        tokens = self.tokenizer.tokenize(tail, add_special=False, parse_special=False)
+        if not self.active.matcher.consume_tokens(tokens):
+            raise GrammarError("grammar: the text at the trigger does not fit the grammar: "
+                               f"{self.active.matcher.get_error()}")
+
+    def is_finished(self) -> bool:
+        return self.active is not None and self.active.is_finished()
