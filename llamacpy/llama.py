@@ -10,6 +10,7 @@ code as llama-server's.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 import warnings
@@ -26,6 +27,7 @@ from .engine.prompt import Prompt
 from .engine.scheduler import Scheduler
 from .engine.sequence import Request
 from .format import open_gguf
+from .grammar import Grammar
 from .kernels import set_threads
 from .models import load_model
 from .sampling import SamplingParams
@@ -36,6 +38,45 @@ LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 
 class NotSupportedError(ValueError):
     """A llama-cpp-python argument whose effect llamacpy does not provide (yet)."""
+
+
+class LlamaGrammar:
+    """llama_cpp.LlamaGrammar: a GBNF grammar (or a JSON schema) for `grammar=`; a bad one
+    raises GrammarError (a ValueError) saying where."""
+
+    def __init__(self, grammar: Grammar, source: str):
+        self.grammar, self._grammar = grammar, source
+
+    @classmethod
+    def from_string(cls, grammar: str, verbose: bool = True) -> LlamaGrammar:
+        return cls(Grammar.from_gbnf(grammar), grammar)
+
+    @classmethod
+    def from_file(cls, file: str, verbose: bool = True) -> LlamaGrammar:
+        with open(file, encoding="utf-8") as fh:
+            return cls.from_string(fh.read(), verbose)
+
+    @classmethod
+    def from_json_schema(cls, json_schema: str | dict, verbose: bool = True) -> LlamaGrammar:
+        text = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
+        return cls(Grammar.from_json_schema(json_schema), text)
+
+
+def response_format_grammar(response_format: dict | None) -> LlamaGrammar | None:
+    """llama-cpp-python's response_format: json_object (optionally with "schema"), or OpenAI's
+    json_schema {"json_schema": {"schema"}}; "text" is free text."""
+    if response_format is None:
+        return None
+    kind = response_format.get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return LlamaGrammar.from_json_schema(response_format.get("schema", {"type": "object"}))
+    if kind == "json_schema":
+        wrapper = response_format.get("json_schema") or {}
+        return LlamaGrammar.from_json_schema(wrapper.get("schema", {}))
+    raise ValueError(f"response_format type must be 'text', 'json_object' or 'json_schema', "
+                     f"not {kind!r}")
 
 
 # llama-cpp-python arguments that only say where layers run: no GPU here, so they warn
@@ -50,7 +91,7 @@ DEFAULT_ONLY = {"use_mmap": True, "use_mlock": False, "kv_overrides": None,
                 "last_n_tokens_size": 64, "lora_base": None, "lora_scale": 1.0,
                 "lora_path": None, "numa": False, "chat_handler": None, "draft_model": None,
                 "tokenizer": None, "spm_infill": False, "tfs_z": 1.0, "suffix": None,
-                "grammar": None, "logits_processor": None, "stopping_criteria": None,
+                "logits_processor": None, "stopping_criteria": None,
                 "functions": None, "function_call": None}
 
 
@@ -203,7 +244,8 @@ class Llama:
                           top_k: int = 40, stream: bool = False, seed: int | None = None,
                           mirostat_mode: int = 0, mirostat_tau: float = 5.0,
                           mirostat_eta: float = 0.1, model: str | None = None,
-                          logit_bias: dict | None = None, **kwargs: Any):
+                          logit_bias: dict | None = None, grammar: LlamaGrammar | None = None,
+                          **kwargs: Any):
         """A text completion dict (or an iterator of chunks when stream=True)."""
         check_arguments("create_completion", {"suffix": suffix, **kwargs})
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
@@ -212,7 +254,8 @@ class Llama:
                                 presence_penalty=presence_penalty, mirostat=mirostat_mode,
                                 mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
                                 seed=self._seed_for(seed), logit_bias=logit_bias or {})
-        run = self._completion(prompt, params, max_tokens, stop, logprobs, echo, model)
+        mask = grammar.grammar.mask(self._tokenizer) if grammar is not None else None
+        run = self._completion(prompt, params, max_tokens, stop, logprobs, echo, model, mask)
         return run if stream else collect_completion(run)
 
     def _seed_for(self, seed: int | None) -> int:
@@ -225,7 +268,7 @@ class Llama:
         return list(prompt)
 
     def _completion(self, prompt, params: SamplingParams, max_tokens, stop, logprobs, echo,
-                    model) -> Iterator[dict]:
+                    model, mask=None) -> Iterator[dict]:
         tokens = self._prompt_tokens(prompt)
         if len(tokens) >= self._n_ctx:
             raise ValueError(f"Requested tokens ({len(tokens)}) exceed context window of "
@@ -235,7 +278,7 @@ class Llama:
         max_tokens = min(max_tokens, self._n_ctx - len(tokens))
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         request = Request(Prompt(tokens), params, n_predict=max_tokens, stop=stops,
-                          return_logits=True)
+                          return_logits=True, token_mask=mask)
         cid, created = f"cmpl-{uuid.uuid4()}", int(time.time())
         name = model or self.model_path
         self._sync_cache()
@@ -288,11 +331,12 @@ class Llama:
                                mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
                                **kwargs: Any):
         """A chat.completion dict (or an iterator of chat.completion.chunk dicts)."""
+        grammar = kwargs.pop("grammar", None)
         check_arguments("create_chat_completion", kwargs)
-        if response_format is not None and response_format.get("type", "text") != "text":
-            raise NotSupportedError("create_chat_completion: response_format "
-                                    f"{response_format.get('type')!r} is not supported by "
-                                    "llamacpy yet (only 'text')")
+        from_format = response_format_grammar(response_format)
+        if grammar is not None and from_format is not None:
+            raise ValueError("create_chat_completion: give grammar or response_format, not both")
+        grammar = grammar or from_format
         if tool_choice not in (None, "auto", "none"):
             raise NotSupportedError(f"create_chat_completion: tool_choice={tool_choice!r} is "
                                     "not supported by llamacpy yet (only 'auto' and 'none')")
@@ -306,7 +350,7 @@ class Llama:
             presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
             repeat_penalty=repeat_penalty, logprobs=(top_logprobs or 1) if logprobs else None,
             model=model, logit_bias=logit_bias, mirostat_mode=mirostat_mode,
-            mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta)
+            mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, grammar=grammar)
         run = chat_chunks(chunks)
         return run if stream else collect_chat(run)
 

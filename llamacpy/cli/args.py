@@ -81,6 +81,12 @@ FLAGS = [
     f("--ignore-eos", dest="ignore_eos", type=SWITCH, default=False,
       help="generate past end-of-generation tokens (llama-server: every request's default)"),
     # sampling (common_params_sampling; None: SamplingParams' default)
+    f("--grammar", dest="grammar", help="a GBNF grammar the output must match"),
+    f("--grammar-file", dest="grammar_file", help="a file holding a GBNF grammar"),
+    f("-j", "--json-schema", dest="json_schema",
+      help="a JSON schema the output must match (e.g. '{}' for any JSON value)"),
+    f("-jf", "--json-schema-file", dest="json_schema_file",
+      help="a file holding a JSON schema the output must match"),
     f("--samplers", dest="samplers", type=semicolon_list,
       help="samplers in order, separated by ';' (default: penalties;dry;top_n_sigma;top_k;"
            "typ_p;top_p;min_p;xtc;temperature)"),
@@ -196,8 +202,7 @@ FLAGS = [
 
 # llama.cpp flags llamacpy does not support yet -> whether they take a value
 NOT_SUPPORTED = {
-    **{k: True for k in ("--grammar", "--grammar-file", "-j", "--json-schema", "-jf",
-                         "--json-schema-file", "--lora", "--lora-scaled", "--control-vector",
+    **{k: True for k in ("--lora", "--lora-scaled", "--control-vector",
                          "--rope-scaling",
                          "--rope-scale", "--rope-freq-base", "--rope-freq-scale", "-md",
                          "--model-draft", "--spec-type", "-ot", "--override-tensor",
@@ -280,6 +285,35 @@ def sampling_given(args: argparse.Namespace) -> set[str]:
     """The SamplingParams fields the user set (all of them when `given` is unknown)."""
     given = getattr(args, "given", None)
     return {field for dest, field in SAMPLING.items() if given is None or dest in given}
+
+
+def grammar_from_args(args: argparse.Namespace, prog: str):
+    """(Grammar, its source) from --grammar / --grammar-file / -j / -jf, or (None, ""); a bad
+    grammar or an unreadable file ends the tool with one line."""
+    from ..grammar import Grammar, GrammarError
+
+    def read(path: str) -> str:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return fh.read()
+        except OSError as e:
+            fail(prog, f"cannot read {path}: {e.strerror}")
+
+    gbnf = args.grammar if args.grammar is not None else (
+        read(args.grammar_file) if args.grammar_file else None)
+    schema = args.json_schema if args.json_schema is not None else (
+        read(args.json_schema_file) if args.json_schema_file else None)
+    if gbnf is not None and schema is not None:
+        fail(prog, "give a grammar (--grammar, --grammar-file) or a JSON schema (-j, -jf), "
+                   "not both")
+    try:
+        if gbnf is not None:
+            return Grammar.from_gbnf(gbnf), gbnf
+        if schema is not None:
+            return Grammar.from_json_schema(schema), schema
+    except GrammarError as e:
+        fail(prog, f"invalid {'grammar' if gbnf is not None else 'JSON schema'}: {e}")
+    return None, ""
 
 
 def fail(prog: str, message: str) -> None:

@@ -19,8 +19,8 @@ from ..engine.sequence import Request
 from ..engine.warmup import warm_up as engine_warm_up
 from ..hub import default_chat_template, resolve_model
 from ..llama import Llama
-from .args import (LOG_DEBUG, LOG_INFO, cache_types, chat_template_text, csv_values, parse_args,
-                   sampling_params, template_kwargs, verbosity)
+from .args import (LOG_DEBUG, LOG_INFO, cache_types, chat_template_text, csv_values,
+                   grammar_from_args, parse_args, sampling_params, template_kwargs, verbosity)
 
 TOOL = "llama-cli"
 
@@ -86,8 +86,9 @@ def run_turn(llm: Llama, args, prompt_tokens: list[int] | Prompt, totals: Totals
     max_tokens = n_room if args.n_predict < 0 else min(args.n_predict, n_room)
     prompt = prompt_tokens if isinstance(prompt_tokens, Prompt) else Prompt(list(prompt_tokens))
     stops = [args.reverse_prompt] if args.reverse_prompt else []
+    mask = args.grammar_compiled.mask(llm._tokenizer) if args.grammar_compiled else None
     request = Request(prompt, sampling_params(args), n_predict=max_tokens, stop=stops,
-                      ignore_eos=args.ignore_eos)
+                      ignore_eos=args.ignore_eos, token_mask=mask)
     text = ""
     for event in llm._scheduler.generate(request):
         if event["type"] == "error":
@@ -217,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # every setting is checked before the model loads
         kwargs = llama_kwargs(args)
         sampling_params(args), template_kwargs(args)
+        args.grammar_compiled = grammar_from_args(args, TOOL)[0]
         model_path = str(resolve_model(args.model))
     except (ValueError, OSError) as e:
         print(f"{TOOL}: error: {e}", file=sys.stderr)

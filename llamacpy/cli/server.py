@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..hub import resolve_model
 from ..kernels import apply_threads_here, set_threads
-from .args import (LOG_DEBUG, LOG_INFO, cache_types, chat_template_text, parse_args,
-                   sampling_given, sampling_params, template_kwargs, verbosity)
+from .args import (LOG_DEBUG, LOG_INFO, cache_types, chat_template_text, grammar_from_args,
+                   parse_args, sampling_given, sampling_params, template_kwargs, verbosity)
 
 TOOL = "llama-server"
 
@@ -38,6 +38,7 @@ def server_config(args):
     if args.reasoning_format not in FORMATS:
         raise ValueError(f"unknown --reasoning-format '{args.reasoning_format}'")
     template_kwargs(args)  # -rea must be on, off or auto
+    grammar, grammar_source = grammar_from_args(args, TOOL)
     return ServerConfig(
         model_path=str(resolve_model(args.model)), alias=args.alias or "", n_ctx=args.ctx_size,
         n_parallel=max(1, args.parallel), n_batch=args.batch_size, n_ubatch=args.ubatch_size,
@@ -52,7 +53,8 @@ def server_config(args):
         mmproj=args.mmproj, image_min_tokens=args.image_min_tokens,
         image_max_tokens=args.image_max_tokens, warmup=args.warmup,
         n_threads=args.threads, n_threads_batch=args.threads_batch,
-        n_threads_http=args.threads_http, ignore_eos=args.ignore_eos, verbosity=verbosity(args))
+        n_threads_http=args.threads_http, ignore_eos=args.ignore_eos, verbosity=verbosity(args),
+        grammar=grammar, grammar_source=grammar_source)
 
 
 def log(args, message: str, level: int = LOG_INFO) -> None:

@@ -192,9 +192,12 @@ class Sequence:
 
     def advance(self, logits: np.ndarray) -> None:
         """Sample (or take a forced token), emit its text, and decide whether to go on."""
-        req, token = self.request, self._choose(logits)
+        req = self.request
+        # a grammar constrains the answer, not the thinking before it
+        constrained = req.token_mask is not None and not self.thinking and not self.forced
+        token = self._choose(logits, constrained)
         self.sampler.accept(token)
-        if req.token_mask is not None:
+        if constrained:
             req.token_mask.accept(token)
         self.n_decoded += 1
         probs = self._probs(logits, token) if req.n_probs or req.post_sampling_probs else None
@@ -213,7 +216,7 @@ class Sequence:
         if hit:
             word = next((s for s in req.stop if s in self.pending), "")
             return self.finish("word", stopping_word=word)
-        if req.token_mask is not None and req.token_mask.is_finished():
+        if constrained and req.token_mask.is_finished():  # the grammar allows nothing more
             return self.finish("eos")
         if 0 <= req.n_predict <= self.n_decoded or len(self.slot.tokens) + 1 >= self.n_ctx:
             return self.finish("limit")
@@ -234,13 +237,15 @@ class Sequence:
 
     # -- pieces -------------------------------------------------------------------------------
 
-    def _choose(self, logits: np.ndarray) -> int:
+    def _choose(self, logits: np.ndarray, constrained: bool) -> int:
         if self.forced:
             return self.forced.popleft()
-        mask = self.request.token_mask
-        allowed = mask.allowed() if mask is not None else None
+        allowed = self.request.token_mask.allowed() if constrained else None
         if allowed is not None:
-            logits = np.where(allowed[: len(logits)], logits, -np.inf).astype(np.float32)
+            n = min(len(allowed), len(logits))  # rows past the tokenizer's vocabulary: never
+            masked = np.full(len(logits), -np.inf, dtype=np.float32)
+            masked[:n] = np.where(allowed[:n], logits[:n], -np.inf)
+            logits = masked
         return self.sampler.sample(logits)
 
     def _track_thinking(self, token: int) -> None:

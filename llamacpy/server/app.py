@@ -30,6 +30,7 @@ from ..engine.prompt import Prompt
 from ..engine.scheduler import EngineError
 from ..engine.sequence import Request as SequenceRequest
 from ..engine.sequence import Sequence
+from ..grammar import Grammar, GrammarError
 from .openapi import document
 from .params import Completion, Limits, RequestError, completion_from, parse_body, validate
 from .state import ServerState
@@ -166,7 +167,21 @@ async def request_completion(request: Request, route: str) -> tuple[dict, Comple
     c = await asyncio.to_thread(completion_from, data, state.sampling_defaults,
                                 state.cfg.n_predict, route, limits(state), tokenize_text(state),
                                 ignore_eos=state.cfg.ignore_eos)
+    if c.grammar is None and state.grammar is not None:  # --grammar / --json-schema
+        c.grammar, c.grammar_source = state.grammar, state.cfg.grammar_source
     return data, c
+
+
+async def token_mask(state: ServerState, grammar: Grammar | None):
+    """The grammar bound to this model's vocabulary (its first use builds the vocabulary's
+    index, about half a second), off the event loop; a token it names that the vocabulary
+    lacks is a 400."""
+    if grammar is None:
+        return None
+    try:
+        return await asyncio.to_thread(grammar.mask, state.tokenizer)
+    except GrammarError as e:
+        raise RequestError(f"invalid grammar: {e}") from None
 
 
 # -- simple endpoints -------------------------------------------------------------------------
@@ -266,7 +281,7 @@ class Run:
     "chat")."""
 
     def __init__(self, state: ServerState, request: Request, kind: str, c: Completion,
-                 prompt: list[int] | Prompt, opens_thinking: bool = False):
+                 prompt: list[int] | Prompt, opens_thinking: bool = False, mask=None):
         self.state, self.request, self.kind, self.c = state, request, kind, c
         self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
@@ -279,7 +294,7 @@ class Run:
             ignore_eos=c.ignore_eos, n_probs=c.n_probs, post_sampling_probs=c.post_sampling_probs,
             id_slot=c.id_slot, cache_prompt=c.cache_prompt, starts_in_thinking=opens_thinking,
             reasoning_budget=state.cfg.reasoning_budget, think_end_tokens=state.think_end_tokens,
-            timings_per_token=c.timings_per_token)
+            timings_per_token=c.timings_per_token, token_mask=mask)
         self.emit = lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev)
         self.seq: Sequence | None = None
         self.reasoning = ReasoningParser(c.reasoning_format or state.cfg.reasoning_format,
@@ -513,7 +528,8 @@ async def completion(request: Request) -> Response:
     data, c = await request_completion(request, "completion")
     # tokenized (images decoded and resized) off the event loop
     prompt = await asyncio.to_thread(state.completion_prompt, data["prompt"])
-    return await start(Run(state, request, "native", c, prompt))
+    mask = await token_mask(state, c.grammar)
+    return await start(Run(state, request, "native", c, prompt, mask=mask))
 
 
 async def completions_oai(request: Request) -> Response:
@@ -524,7 +540,8 @@ async def completions_oai(request: Request) -> Response:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     tokens = await asyncio.to_thread(state.prompt_tokens, prompt)
-    return await start(Run(state, request, "text", c, tokens))
+    mask = await token_mask(state, c.grammar)
+    return await start(Run(state, request, "text", c, tokens, mask=mask))
 
 
 async def chat_completions(request: Request) -> Response:
@@ -534,7 +551,9 @@ async def chat_completions(request: Request) -> Response:
     text, _, files = await render(state, data)
     await check_size(state, text, state.engine.n_ctx_slot)
     prompt = await asyncio.to_thread(state.chat_prompt, text, files)
-    return await start(Run(state, request, "chat", c, prompt, prompt_opens_thinking(text)))
+    mask = await token_mask(state, c.grammar)
+    return await start(Run(state, request, "chat", c, prompt, prompt_opens_thinking(text),
+                           mask=mask))
 
 
 async def start(run: Run) -> Response:

@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..chat.reasoning import FORMATS as REASONING_FORMATS
+from ..grammar import Grammar, GrammarError
 from ..sampling import SamplingParams
 from ..sampling.params import NOT_IMPLEMENTED, SAMPLER_ALIASES, SAMPLER_CHARS, UnsupportedSampler
 
@@ -322,8 +323,6 @@ IMPLEMENTED_SAMPLERS = sorted(k for k, v in SAMPLER_ALIASES.items() if v not in 
 SAMPLER_CHAR_PATTERN = "^[" + "".join(c for c, v in SAMPLER_CHARS.items()
                                       if v not in NOT_IMPLEMENTED) + "]*$"
 NOT_SUPPORTED_NOTE = "; other values answer 400 not_supported_error (not implemented yet)"
-NEVER = {"not": {}, "description": "not supported yet: any value but null answers 400 "
-                                   "not_supported_error"}
 MAX_BIAS_TEXT = 1024  # characters of a logit_bias text key
 
 
@@ -384,15 +383,24 @@ def completion_fields(limits: Limits) -> dict[str, dict]:
         "n": integer(1, 1, "1" + NOT_SUPPORTED_NOTE),
         "n_cmpl": integer(1, 1, "1" + NOT_SUPPORTED_NOTE),
         "lora": array(obj(), "[]" + NOT_SUPPORTED_NOTE + ": no adapter is loaded", max_items=0),
-        "grammar": string('""' + NOT_SUPPORTED_NOTE, max_length=0),
-        "json_schema": NEVER,
-        "response_format": obj({"type": string(enum=["text"])}, required=["type"],
-                               doc='{"type": "text"}' + NOT_SUPPORTED_NOTE),
+        "grammar": string("a GBNF grammar the output must match (llama.cpp's grammars/README)"),
+        "json_schema": any_of(obj(), boolean(), doc="a JSON schema the output must match"),
+        "response_format": response_format_schema(),
         "n_indent": integer(0, 0, "0" + NOT_SUPPORTED_NOTE),
         "t_max_predict_ms": integer(hi=0, doc="<= 0" + NOT_SUPPORTED_NOTE),
         "response_fields": array(string(), "[]" + NOT_SUPPORTED_NOTE, max_items=0),
         "return_progress": boolean("false" + NOT_SUPPORTED_NOTE, only=False),
     }
+
+
+@lru_cache(maxsize=1)
+def response_format_schema() -> dict:
+    wrapper = obj({"name": string(), "description": string(), "schema": any_of(obj(), boolean()),
+                   "strict": boolean()})
+    return obj({"type": string(enum=["text", "json_object", "json_schema"]),
+                "schema": any_of(obj(), boolean()), "json_schema": wrapper}, required=["type"],
+               doc='{"type": "json_object"} (optionally with "schema") or {"type": '
+                   '"json_schema", "json_schema": {"name", "schema", "strict"}}')
 
 
 def prompt_schema(limits: Limits, native: bool) -> dict:
@@ -435,8 +443,11 @@ def tools_fields() -> dict[str, dict]:
                 "function": obj({"name": string(), "description": string(),
                                  "parameters": obj()}, required=["name"])},
                required=["type", "function"])
-    choice = string(enum=["none", "auto"], doc='"required" or a named function answer 400 '
-                                              'not_supported_error (not implemented yet)')
+    named = obj({"type": string(enum=["function"]),
+                 "function": obj({"name": string()}, required=["name"])}, required=["function"])
+    choice = any_of(string(enum=["none", "auto", "required"]), named,
+                    doc='"auto", "none", "required" (a call from the first token) or a named '
+                        'function')
     return {"tools": array(tool), "tool_choice": choice, "parallel_tool_calls": boolean(),
             "chat_template_kwargs": obj(doc="extra variables for the chat template")}
 
@@ -481,14 +492,8 @@ def _non_empty(kind: type) -> Callable[[Any], bool]:
 # field -> (does the value ask for something not implemented?, what to say); checked before the
 # types, so each test first makes sure of the type it reads
 NOT_IMPLEMENTED_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "grammar": (_non_empty(str), "grammars are not supported yet"),
-    "json_schema": (lambda v: True, "'json_schema' (constrained output) is not supported yet"),
-    "response_format": (lambda v: isinstance(v, dict) and isinstance(v.get("type"), str)
-                        and v["type"] != "text",
-                        "'response_format' other than {\"type\": \"text\"} is not supported yet"),
     "tool_choice": (lambda v: v == "required" or isinstance(v, dict),
-                    "tool_choice 'required' or a named function is not supported yet (tool "
-                    "calls are not parsed)"),
+                    "tool_choice 'required' or a named function is not supported yet"),
     "n": (_above(1), "only one choice per request is supported (n = 1)"),
     "n_cmpl": (_above(1), "only one completion per request is supported (n_cmpl = 1)"),
     "best_of": (_above(1), "best_of > 1 is not supported"),
@@ -557,6 +562,8 @@ class Completion:
     model: str = ""
     timings_per_token: bool = False
     reasoning_format: str | None = None  # chat: this request's, else the server's
+    grammar: Grammar | None = None  # grammar, json_schema or response_format, compiled
+    grammar_source: str = ""  # as given (a schema as JSON), for generation_settings
 
 
 Tokenize = Callable[[str], list[int]]
@@ -657,7 +664,36 @@ def completion_from(data: dict, base: SamplingParams, default_n_predict: int, ro
     c.params.n_probs = c.n_probs
     c.timings_per_token = data.get("timings_per_token") is True
     c.reasoning_format = data.get("reasoning_format")
+    c.grammar, c.grammar_source = constraint_from(data)
     return c
+
+
+def constraint_from(data: dict) -> tuple[Grammar | None, str]:
+    """The grammar a request asks for: `grammar` (GBNF), `json_schema`, or `response_format`'s
+    schema; (None, "") for free text. Each is compiled here, so a bad one is a 400 that says
+    what is wrong and where, before anything is queued."""
+    grammar, schema = data.get("grammar"), data.get("json_schema")
+    fmt = data.get("response_format")
+    if fmt is not None and fmt.get("type") != "text":
+        if fmt["type"] == "json_object":
+            from_format = fmt.get("schema", {"type": "object"})
+        else:
+            from_format = (fmt.get("json_schema") or {}).get("schema", {})
+        if schema is not None:
+            raise RequestError("Either \"json_schema\" or \"response_format\" can be "
+                               "specified, but not both")
+        schema = from_format
+    if grammar and schema is not None:
+        raise RequestError("Either \"json_schema\" or \"grammar\" can be specified, but not both")
+    try:
+        if grammar:
+            return Grammar.from_gbnf(grammar), grammar
+        if schema is not None:
+            return Grammar.from_json_schema(schema), json.dumps(schema)
+    except GrammarError as e:
+        kind = "grammar" if grammar else "JSON schema"
+        raise RequestError(f"invalid {kind}: {e}") from None
+    return None, ""
 
 
 CHAT_TEMPLATE_RESERVED = ("messages", "add_generation_prompt", "tools", "self")

@@ -12,6 +12,7 @@ from typing import Any
 from ..chat import CHATML_TEMPLATE, ChatTemplate, template_source
 from ..hub import default_chat_template
 from ..format import open_gguf
+from ..grammar import Grammar
 from ..models import load_model
 from ..sampling import SamplingParams
 from ..tokenizer import Tokenizer
@@ -57,6 +58,8 @@ class ServerConfig:
     n_threads_http: int = -1  # --threads-http: request worker threads (-1: the default pool)
     ignore_eos: bool = False  # --ignore-eos: the default for every request
     verbosity: int = 3  # -lv / -v (verbose: debug logs) / --log-disable (-1: no logs)
+    grammar: Grammar | None = None  # --grammar / -j: for requests that bring none of their own
+    grammar_source: str = ""
 
 
 class ServerState:
@@ -71,6 +74,7 @@ class ServerState:
         self.on_engine_failure = lambda reason: None  # the process decides (llama-server exits)
         self.thread: threading.Thread | None = None
         self.mtmd: MtmdContext | None = None
+        self.grammar = cfg.grammar
 
     # -- loading ---------------------------------------------------------------------------------
 
@@ -216,6 +220,7 @@ class ServerState:
         settings = {k: v for k, v in vars(p).items() if k != "logit_bias"}
         settings["n_predict"] = c.n_predict if c else self.cfg.n_predict
         settings["stop"] = c.stop if c else []
+        settings["grammar"] = c.grammar_source if c else self.cfg.grammar_source
         return settings
 
     def props(self) -> dict:

@@ -110,6 +110,32 @@ def writes_log(r):
     return "probe line" in Path(r.paths["log"]).read_text()
 
 
+GBNF, SCHEMA = 'root ::= "yes" | "no"', '{"type": "integer"}'
+# dest -> (argv, the grammar's source as the tool keeps it)
+GRAMMAR = {
+    "grammar": (["--grammar", GBNF], GBNF),
+    "grammar_file": (["--grammar-file", "{gbnf}"], GBNF),
+    "json_schema": (["-j", SCHEMA.replace("{", "{{").replace("}", "}}")], SCHEMA),
+    "json_schema_file": (["-jf", "{schema}"], SCHEMA),
+}
+
+
+def server_grammar(source):
+    """In the ServerConfig, and the default of every request that brings no grammar."""
+    return lambda r: r.cfg.grammar is not None and r.cfg.grammar_source == source and reads(
+        "app", "c.grammar, c.grammar_source = state.grammar, state.cfg.grammar_source")
+
+
+def cli_grammar(source):
+    def check(r):
+        grammar, text = flags.grammar_from_args(r.args, "llama-cli")
+        return grammar is not None and text == source and reads(
+            llama_cli.main, "grammar_from_args(args, TOOL)") and reads(
+            llama_cli.run_turn, "args.grammar_compiled.mask(")
+
+    return check
+
+
 SERVER = {
     "model": (["-m", "{model}"], lambda r: r.cfg.model_path == r.paths["model"]),
     "hf_repo": Refused("-hf", "ggml-org/gemma-3-270m-GGUF"),
@@ -164,6 +190,7 @@ SERVER = {
     "log_disable": (["--log-disable"], lambda r: r.cfg.verbosity < 0
                     and r.uvicorn["log_level"] == "critical"),
     "log_file": (["--log-file", "{log}"], writes_log),
+    **{dest: (argv, server_grammar(source)) for dest, (argv, source) in GRAMMAR.items()},
 }
 
 CLI = {
@@ -209,6 +236,7 @@ CLI = {
         llama_cli.main, "Totals(verbosity=verbosity(args))")),
     "log_disable": (["--log-disable"], lambda r: flags.verbosity(r.args) < 0),
     "log_file": (["--log-file", "{log}"], writes_log),
+    **{dest: (argv, cli_grammar(source)) for dest, (argv, source) in GRAMMAR.items()},
 }
 
 TOOLS = {"server": (SERVER, server, "llama-server"), "cli": (CLI, llama_cli, "llama-cli")}
@@ -243,8 +271,11 @@ def paths(tmp_path, monkeypatch):
     (tmp_path / "m.gguf").write_bytes(b"")
     (tmp_path / "template.jinja").write_text(TEMPLATE)
     (tmp_path / "keys.txt").write_text("k3\n")
+    (tmp_path / "g.gbnf").write_text(GBNF)
+    (tmp_path / "s.json").write_text(SCHEMA)
     return {"model": str(tmp_path / "m.gguf"), "template": str(tmp_path / "template.jinja"),
-            "keys": str(tmp_path / "keys.txt"), "log": str(tmp_path / "log.txt")}
+            "keys": str(tmp_path / "keys.txt"), "log": str(tmp_path / "log.txt"),
+            "gbnf": str(tmp_path / "g.gbnf"), "schema": str(tmp_path / "s.json")}
 
 
 def argv_for(entry, paths) -> list[str]:
@@ -484,3 +515,14 @@ def test_a_sampling_flag_at_its_default_value_still_beats_model_metadata(monkeyp
     cfg = server.server_config(parse_args("server", "llama-server", "", ["-m", paths["model"]]))
     params = SamplingParams.from_gguf(meta, **sampling_overrides(cfg))
     assert params.temperature == 0.6 and params.top_k == 40
+
+
+@pytest.mark.parametrize("argv", [["--grammar", "root ::= ("], ["-j", "{not json"],
+                                  ["-j", '{"type": "nope"}'], ["--grammar-file", "/nonexistent"],
+                                  ["--grammar", 'root ::= "a"', "-j", "{}"]])
+def test_bad_grammars_end_the_tool_with_one_line(argv, paths, capsys):
+    for module, prog in ((server, "llama-server"), (llama_cli, "llama-cli")):
+        with pytest.raises(SystemExit) as e:
+            module.main(["-m", paths["model"], *argv])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and err[0].startswith(f"{prog}: error: "), err

@@ -74,8 +74,6 @@ def test_invalid_fields(data):
 
 
 @pytest.mark.parametrize("route, data", [
-    ("completion", {"prompt": "a", "grammar": "root ::= x"}),
-    ("completion", {"prompt": "a", "json_schema": {}}),
     ("completion", {"prompt": "a", "lora": [{"id": 0, "scale": 1}]}),
     ("completion", {"prompt": "a", "n_cmpl": 2}),
     ("completion", {"prompt": "a", "samplers": ["infill"]}),
@@ -84,8 +82,6 @@ def test_invalid_fields(data):
     ("completions", {"prompt": "a", "suffix": "x"}),
     ("completions", {"prompt": "a", "best_of": 2}),
     ("chat", {"messages": [{"role": "user", "content": "a"}], "n": 2}),
-    ("chat", {"messages": [{"role": "user", "content": "a"}],
-              "response_format": {"type": "json_object"}}),
     ("chat", {"messages": [{"role": "user", "content": "a"}], "tool_choice": "required"}),
     ("chat", {"messages": [{"role": "user", "content": "a"}],
               "tool_choice": {"type": "function", "function": {"name": "f"}}}),
