@@ -27,7 +27,9 @@ from .engine.prompt import Prompt
 from .engine.scheduler import Scheduler
 from .engine.sequence import Request
 from .format import open_gguf
-from .grammar import Grammar
+from .chat.tools import ToolCallParser, detect_format, plan_tools, prepare_messages, \
+    template_extras
+from .grammar import Grammar, LazyGrammarMask
 from .kernels import set_threads
 from .models import load_model
 from .sampling import SamplingParams
@@ -44,8 +46,14 @@ class LlamaGrammar:
     """llama_cpp.LlamaGrammar: a GBNF grammar (or a JSON schema) for `grammar=`; a bad one
     raises GrammarError (a ValueError) saying where."""
 
-    def __init__(self, grammar: Grammar, source: str):
+    def __init__(self, grammar: Grammar, source: str, find=None):
         self.grammar, self._grammar = grammar, source
+        self._find = find  # lazy: where in the text the grammar starts (tool calls)
+
+    def mask(self, tokenizer):
+        if self._find is not None:
+            return LazyGrammarMask(self.grammar, tokenizer, self._find)
+        return self.grammar.mask(tokenizer)
 
     @classmethod
     def from_string(cls, grammar: str, verbose: bool = True) -> LlamaGrammar:
@@ -254,7 +262,7 @@ class Llama:
                                 presence_penalty=presence_penalty, mirostat=mirostat_mode,
                                 mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
                                 seed=self._seed_for(seed), logit_bias=logit_bias or {})
-        mask = grammar.grammar.mask(self._tokenizer) if grammar is not None else None
+        mask = grammar.mask(self._tokenizer) if grammar is not None else None
         run = self._completion(prompt, params, max_tokens, stop, logprobs, echo, model, mask)
         return run if stream else collect_completion(run)
 
@@ -329,21 +337,31 @@ class Llama:
                                tool_choice: str | dict | None = None,
                                response_format: dict | None = None, mirostat_mode: int = 0,
                                mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
-                               **kwargs: Any):
+                               grammar: LlamaGrammar | None = None,
+                               parallel_tool_calls: bool | None = None, **kwargs: Any):
         """A chat.completion dict (or an iterator of chat.completion.chunk dicts)."""
-        grammar = kwargs.pop("grammar", None)
         check_arguments("create_chat_completion", kwargs)
         from_format = response_format_grammar(response_format)
         if grammar is not None and from_format is not None:
             raise ValueError("create_chat_completion: give grammar or response_format, not both")
         grammar = grammar or from_format
-        if tool_choice not in (None, "auto", "none"):
-            raise NotSupportedError(f"create_chat_completion: tool_choice={tool_choice!r} is "
-                                    "not supported by llamacpy yet (only 'auto' and 'none')")
-        if tool_choice == "none":
-            tools = None
-        prompt = self.chat_template().render(messages, add_generation_prompt=True, tools=tools,
-                                             **(chat_template_kwargs or {}))
+        template = self.chat_template()
+        plan = plan_tools(template, tools, tool_choice, parallel_tool_calls)
+        if plan is not None and grammar is not None:
+            raise ValueError("create_chat_completion: tools cannot be combined with a grammar or "
+                             "a response_format")
+        messages = prepare_messages(messages, plan.fmt if plan else detect_format(
+            template.source), plan.tools if plan else None, tool_choice, template)
+        extras = template_extras() if plan is not None else {}
+        prompt = template.render(messages, add_generation_prompt=True,
+                                 tools=plan.tools if plan else None,
+                                 **{**extras, **(chat_template_kwargs or {})})
+        parser = None
+        if plan is not None:
+            parser = plan.parser()
+            stop = ([stop] if isinstance(stop, str) else list(stop or [])) + plan.grammar.stops
+            grammar = LlamaGrammar(Grammar.from_lark(plan.grammar.lark), plan.grammar.lark,
+                                   plan.grammar.find_trigger if plan.grammar.lazy else None)
         chunks = self.create_completion(
             prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
             min_p=min_p, typical_p=typical_p, stream=True, stop=stop, seed=seed,
@@ -351,7 +369,7 @@ class Llama:
             repeat_penalty=repeat_penalty, logprobs=(top_logprobs or 1) if logprobs else None,
             model=model, logit_bias=logit_bias, mirostat_mode=mirostat_mode,
             mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, grammar=grammar)
-        run = chat_chunks(chunks)
+        run = chat_chunks(chunks, parser)
         return run if stream else collect_chat(run)
 
 
@@ -399,8 +417,10 @@ def merge_logprobs(acc: dict | None, new: dict) -> dict:
     return acc
 
 
-def chat_chunks(chunks: Iterator[dict]) -> Iterator[dict]:
-    """Completion chunks re-shaped as chat.completion.chunk (role first, then content deltas)."""
+def chat_chunks(chunks: Iterator[dict], parser: ToolCallParser | None = None
+                ) -> Iterator[dict]:
+    """Completion chunks re-shaped as chat.completion.chunk (role first, then content deltas;
+    with tools, the parser turns the text into content and tool-call deltas)."""
     first = True
     for chunk in chunks:
         base = {"id": "chat" + chunk["id"], "object": "chat.completion.chunk",
@@ -410,24 +430,43 @@ def chat_chunks(chunks: Iterator[dict]) -> Iterator[dict]:
                                         "logprobs": None, "finish_reason": None}]}
             first = False
         choice = chunk["choices"][0]
-        if choice["finish_reason"] is None:
+        if parser is not None:
+            deltas = parser.feed(choice["text"])
+            if choice["finish_reason"] is not None:
+                deltas += parser.finish()
+            for delta in deltas:
+                yield {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                            "finish_reason": None}]}
+        elif choice["finish_reason"] is None:
             yield {**base, "choices": [{"index": 0, "delta": {"content": choice["text"]},
                                         "logprobs": choice["logprobs"], "finish_reason": None}]}
-        else:
+        if choice["finish_reason"] is not None:
+            reason = choice["finish_reason"]
+            if parser is not None and parser.tool_calls and reason == "stop":
+                reason = "tool_calls"
             final = {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None,
-                                          "finish_reason": choice["finish_reason"]}]}
+                                          "finish_reason": reason}]}
             if "usage" in chunk:
                 final["usage"] = chunk["usage"]
             yield final
 
 
 def collect_chat(chunks: Iterator[dict]) -> dict:
-    content, last = "", None
+    content, calls, last = "", [], None
     for chunk in chunks:
-        content += chunk["choices"][0]["delta"].get("content", "") or ""
+        delta = chunk["choices"][0]["delta"]
+        content += delta.get("content", "") or ""
+        for part in delta.get("tool_calls", []):  # the first part opens a call
+            if part["index"] == len(calls):
+                calls.append({"id": part["id"], "type": "function",
+                              "function": {"name": part["function"]["name"], "arguments": ""}})
+            calls[part["index"]]["function"]["arguments"] += part["function"]["arguments"]
         last = chunk
+    message = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = calls
     return {"id": last["id"], "object": "chat.completion", "created": last["created"],
             "model": last["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                         "logprobs": None, "finish_reason": last["choices"][0]["finish_reason"]}],
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": last["choices"][0]["finish_reason"]}],
             "usage": last.get("usage")}

@@ -1233,3 +1233,34 @@ def parse_output(fmt: ToolFormat | str, text: str, tools: list[dict] | None = No
     parser.feed(text)
     parser.finish()
     return parser.content, parser.tool_calls
+
+
+@dataclass
+class ToolPlan:
+    """One chat request's tool calling: the format, the checked tools, tool_choice, whether
+    calls may come in parallel, and the grammar that keeps calls well-formed."""
+
+    fmt: ToolFormat
+    tools: list[dict]
+    choice: Any
+    parallel: bool
+    grammar: ToolGrammar | None
+
+    def parser(self, id_factory: Callable[[], str] | None = None) -> ToolCallParser:
+        return ToolCallParser(self.fmt, self.tools, self.choice, id_factory)
+
+
+def plan_tools(template: ChatTemplate, tools: Any, tool_choice: Any = None,
+               parallel_tool_calls: bool | None = None) -> ToolPlan | None:
+    """The plan for a request's `tools` (None when there are none or tool_choice is "none");
+    ValueError for bad tools or tool_choice. parallel_tool_calls defaults to whether the
+    template can render several calls in one turn (llama-server's default)."""
+    tools = validate_tools(tools)
+    choice = parse_tool_choice(tool_choice, tools)
+    if not tools or choice.mode == "none":
+        return None
+    fmt = detect_format(template.source)
+    if parallel_tool_calls is None:
+        parallel_tool_calls = template_caps(template).parallel_tool_calls
+    grammar = call_grammar(fmt, tools, tool_choice, parallel_tool_calls)
+    return ToolPlan(fmt, tools, tool_choice, parallel_tool_calls, grammar)

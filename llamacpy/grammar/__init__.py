@@ -2,7 +2,7 @@
 
 from .gbnf import GrammarError, parse_gbnf
 from .json_schema import schema_grammar, schema_lark
-from .matcher import Grammar, GrammarMask, LazyGrammarMask, vocabulary
+from .matcher import Grammar, GrammarMask, LazyGrammarMask, trigger_finder, vocabulary
 
 __all__ = ["Grammar", "GrammarError", "GrammarMask", "LazyGrammarMask", "parse_gbnf",
-           "schema_grammar", "schema_lark", "vocabulary"]
+           "schema_grammar", "schema_lark", "trigger_finder", "vocabulary"]

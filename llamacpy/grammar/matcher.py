@@ -12,8 +12,10 @@ needs torch. The pieces here:
 
 from __future__ import annotations
 
+import codecs
 import threading
 import weakref
+from collections.abc import Callable
 
 import llguidance
 import numpy as np
@@ -142,16 +144,16 @@ class GrammarMask:
 
 
 class LazyGrammarMask:
-    """A grammar that applies only from the first trigger string on (llama.cpp's lazy grammar,
-    used for tool calls): the text before is free; at the trigger, the matcher is given the
-    text from the trigger's first byte and constrains every token after."""
+    """A grammar that applies only once its start shows in the generated text (llama.cpp's
+    lazy grammar, used for tool calls): the text before is free; `find(text)` says where the
+    grammar starts in the text so far (None: not yet). From there the matcher is given the
+    text from that point and constrains every token after."""
 
-    def __init__(self, grammar: Grammar, tokenizer: Tokenizer, triggers: list[str]):
-        if not triggers:
-            raise ValueError("a lazy grammar needs at least one trigger")
-        self.grammar, self.tokenizer = grammar, tokenizer
-        self.triggers = [t.encode() for t in triggers]
-        self.text = b""  # bytes generated so far, until triggered
+    def __init__(self, grammar: Grammar, tokenizer: Tokenizer,
+                 find: Callable[[str], int | None]):
+        self.grammar, self.tokenizer, self.find = grammar, tokenizer, find
+        self.text = ""  # generated so far, until the grammar starts
+        self._decode = codecs.getincrementaldecoder("utf-8")("replace")
         self.active: GrammarMask | None = None
         grammar.matcher(tokenizer)  # a grammar error shows now, before the request is queued
 
@@ -161,16 +163,24 @@ class LazyGrammarMask:
     def accept(self, token: int) -> None:
         if self.active is not None:
             return self.active.accept(token)
-        self.text += self.tokenizer.token_to_piece(int(token), special=True)
-        starts = [i for i in (self.text.find(t) for t in self.triggers) if i >= 0]
-        if not starts:
+        self.text += self._decode.decode(self.tokenizer.token_to_piece(int(token), special=True))
+        start = self.find(self.text)
+        if start is None:
             return
         self.active = self.grammar.mask(self.tokenizer)
-        tail = self.text[min(starts):]
-        tokens = self.tokenizer.tokenize(tail, add_special=False, parse_special=False)
+        tokens = self.tokenizer.tokenize(self.text[start:], add_special=False,
+                                         parse_special=False)
         if not self.active.matcher.consume_tokens(tokens):
-            raise GrammarError("grammar: the text at the trigger does not fit the grammar: "
+            raise GrammarError("grammar: the text at its start does not fit it: "
                                f"{self.active.matcher.get_error()}")
 
     def is_finished(self) -> bool:
         return self.active is not None and self.active.is_finished()
+
+
+def trigger_finder(triggers: list[str]) -> Callable[[str], int | None]:
+    """`find` for LazyGrammarMask: the first of these words, anywhere in the text."""
+    def find(text: str) -> int | None:
+        hits = [i for i in (text.find(t) for t in triggers) if i >= 0]
+        return min(hits) if hits else None
+    return find

@@ -30,7 +30,7 @@ from ..engine.prompt import Prompt
 from ..engine.scheduler import EngineError
 from ..engine.sequence import Request as SequenceRequest
 from ..engine.sequence import Sequence
-from ..grammar import Grammar, GrammarError
+from ..grammar import Grammar, GrammarError, LazyGrammarMask
 from .openapi import document
 from .params import Completion, Limits, RequestError, completion_from, parse_body, validate
 from .state import ServerState
@@ -141,7 +141,7 @@ async def check_size(state: ServerState, prompt, n_ctx: int) -> None:
                           "exceed_context_size_error", n_prompt_tokens=at_least, n_ctx=n_ctx)
 
 
-async def render(state: ServerState, data: dict) -> tuple[str, dict, list[bytes]]:
+async def render(state: ServerState, data: dict):
     """The chat prompt (state.render_chat) off the event loop; a template that fails on these
     messages is the request's fault, a 400."""
     try:
@@ -301,6 +301,8 @@ class Run:
                                          opens_thinking) \
             if kind == "chat" else ReasoningParser("none")
         self.content = self.reasoning_text = ""
+        self.tool_parser = None  # chat with tools: content in, content and tool-call deltas out
+        self.tool_deltas: list[dict] = []  # the tool-call deltas of the last event
         self.tokens: list[int] = []
         self.probs: list[dict] = []
 
@@ -327,10 +329,21 @@ class Run:
             self.tokens.append(ev["token"])
         if ev.get("probs") and ev["type"] == "token":
             self.probs.append(self.prob_entry(ev))
-        split = self.reasoning.feed(ev.get("text", ""), final=ev["type"] == "done")
-        self.content += split.content
+        done = ev["type"] == "done"
+        split = self.reasoning.feed(ev.get("text", ""), final=done)
         self.reasoning_text += split.reasoning
-        return split.reasoning, split.content
+        if self.tool_parser is None:
+            self.content += split.content
+            return split.reasoning, split.content
+        deltas = self.tool_parser.feed(split.content) + (self.tool_parser.finish() if done
+                                                         else [])
+        self.content = self.tool_parser.content
+        self.tool_deltas = [d for d in deltas if "tool_calls" in d]
+        return split.reasoning, "".join(d.get("content", "") for d in deltas)
+
+    @property
+    def tool_calls(self) -> list[dict]:
+        return self.tool_parser.tool_calls if self.tool_parser is not None else []
 
     def prob_entry(self, ev: dict) -> dict:
         tok, post = self.state.tokenizer, self.c.post_sampling_probs
@@ -351,8 +364,10 @@ class Run:
                 ("top_probs" if post else "top_logprobs"): top}
 
 
-def finish_reason(done: dict) -> str:
-    return "stop" if done["stop_type"] in ("eos", "word") else "length"
+def finish_reason(done: dict, run: Run | None = None) -> str:
+    if done["stop_type"] not in ("eos", "word"):
+        return "length"
+    return "tool_calls" if run is not None and run.tool_calls else "stop"
 
 
 def usage(done: dict) -> dict:
@@ -399,7 +414,9 @@ def final_json(run: Run, done: dict) -> dict:
     message = {"role": "assistant", "content": run.content}
     if run.reasoning_text:
         message["reasoning_content"] = run.reasoning_text
-    choice = {"finish_reason": finish_reason(done), "index": 0, "message": message}
+    if run.tool_calls:
+        message["tool_calls"] = run.tool_calls
+    choice = {"finish_reason": finish_reason(done, run), "index": 0, "message": message}
     if run.probs:
         choice["logprobs"] = oai_logprobs(run)
     return {"choices": [choice], "object": "chat.completion", **base}
@@ -474,8 +491,12 @@ def event_chunks(run: Run, ev: dict, reasoning: str, content: str, base: dict) -
         if run.c.logprobs and ev.get("probs"):
             choice["logprobs"] = {"content": oai_logprobs(run)["content"][-1:]}
         out.append({"choices": [choice], "object": "chat.completion.chunk", **base})
+    for tool_delta in run.tool_deltas:
+        out.append({"choices": [{"finish_reason": None, "index": 0, "delta": tool_delta}],
+                    "object": "chat.completion.chunk", **base})
+    run.tool_deltas = []
     if done:
-        final = {"choices": [{"finish_reason": finish_reason(ev), "index": 0, "delta": {}}],
+        final = {"choices": [{"finish_reason": finish_reason(ev, run), "index": 0, "delta": {}}],
                  "object": "chat.completion.chunk", **base}
         if run.c.include_usage:
             out.append(final)
@@ -548,12 +569,27 @@ async def chat_completions(request: Request) -> Response:
     """POST /v1/chat/completions (OpenAI chat)."""
     state: ServerState = request.app.state.server
     data, c = await request_completion(request, "chat")
-    text, _, files = await render(state, data)
+    text, _, files, plan = await render(state, data)
     await check_size(state, text, state.engine.n_ctx_slot)
     prompt = await asyncio.to_thread(state.chat_prompt, text, files)
-    mask = await token_mask(state, c.grammar)
-    return await start(Run(state, request, "chat", c, prompt, prompt_opens_thinking(text),
-                           mask=mask))
+    if plan is not None:
+        c.stop = c.stop + [s for s in plan.grammar.stops if s not in c.stop]
+        mask = await tool_mask(state, plan)
+    else:
+        mask = await token_mask(state, c.grammar)
+    run = Run(state, request, "chat", c, prompt, prompt_opens_thinking(text), mask=mask)
+    run.tool_parser = plan.parser() if plan is not None else None
+    return await start(run)
+
+
+async def tool_mask(state: ServerState, plan):
+    """The tool-call grammar: from the first token ("required", a named function, the
+    generic format), else lazily, from where the model starts a call."""
+    grammar = Grammar.from_lark(plan.grammar.lark)
+    if not plan.grammar.lazy:
+        return await token_mask(state, grammar)
+    return await asyncio.to_thread(LazyGrammarMask, grammar, state.tokenizer,
+                                   plan.grammar.find_trigger)
 
 
 async def start(run: Run) -> Response:

@@ -492,8 +492,6 @@ def _non_empty(kind: type) -> Callable[[Any], bool]:
 # field -> (does the value ask for something not implemented?, what to say); checked before the
 # types, so each test first makes sure of the type it reads
 NOT_IMPLEMENTED_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "tool_choice": (lambda v: v == "required" or isinstance(v, dict),
-                    "tool_choice 'required' or a named function is not supported yet"),
     "n": (_above(1), "only one choice per request is supported (n = 1)"),
     "n_cmpl": (_above(1), "only one completion per request is supported (n_cmpl = 1)"),
     "best_of": (_above(1), "best_of > 1 is not supported"),

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..chat import CHATML_TEMPLATE, ChatTemplate, template_source
+from ..chat.tools import ToolPlan, detect_format, plan_tools, prepare_messages, template_extras
 from ..hub import default_chat_template
 from ..format import open_gguf
 from ..grammar import Grammar
@@ -198,10 +199,23 @@ class ServerState:
             return self.multimodal_prompt(text, files)
         return self.tokenizer.tokenize(text, add_special=True, parse_special=True)
 
-    def render_chat(self, data: dict) -> tuple[str, dict, list[bytes]]:
+    def render_chat(self, data: dict) -> tuple[str, dict, list[bytes], ToolPlan | None]:
         """The prompt for a chat request: the template with server and request kwargs, image
-        parts replaced by media markers; and the images' bytes."""
-        messages, files = load_media(messages_from(data), self.mtmd is not None, media_marker())
+        parts replaced by media markers, tool calls in the history made renderable; the
+        images' bytes; and the request's tool-calling plan (None without tools)."""
+        try:
+            plan = plan_tools(self.template, data.get("tools"), data.get("tool_choice"),
+                              data.get("parallel_tool_calls"))
+            fmt = plan.fmt if plan else detect_format(self.template.source)
+            messages = prepare_messages(messages_from(data), fmt, plan.tools if plan else None,
+                                        data.get("tool_choice"), self.template)
+        except ValueError as e:
+            raise RequestError(str(e)) from None
+        if plan is not None and (data.get("grammar") or data.get("json_schema") is not None or
+                                 (data.get("response_format") or {}).get("type", "text")
+                                 != "text"):
+            raise RequestError("Cannot use custom grammar constraints with tools.")
+        messages, files = load_media(messages, self.mtmd is not None, media_marker())
         kwargs = dict(self.cfg.chat_template_kwargs)
         if self.cfg.reasoning in ("on", "off"):
             kwargs["enable_thinking"] = self.cfg.reasoning == "on"
@@ -209,9 +223,11 @@ class ServerState:
         if not isinstance(request_kwargs, dict):
             raise RequestError("'chat_template_kwargs' must be an object")
         kwargs.update(request_kwargs)
-        tools = data.get("tools")
-        text = self.template.render(messages, add_generation_prompt=True, tools=tools, **kwargs)
-        return text, kwargs, files
+        if plan is not None:
+            kwargs = {**template_extras(), **kwargs}
+        text = self.template.render(messages, add_generation_prompt=True,
+                                    tools=plan.tools if plan else None, **kwargs)
+        return text, kwargs, files, plan
 
     # -- documents -------------------------------------------------------------------------------
 

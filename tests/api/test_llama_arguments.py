@@ -45,8 +45,7 @@ def test_completion_refuses_unknown_arguments(llm):
         llm("Hello", max_tokenz=2)
 
 
-@pytest.mark.parametrize("kwargs", [{"tool_choice": "required"},
-                                    {"functions": [{"name": "f"}]}])
+@pytest.mark.parametrize("kwargs", [{"functions": [{"name": "f"}]}])
 def test_chat_refuses_what_it_would_ignore(llm, kwargs):
     with pytest.raises(NotSupportedError):
         llm.create_chat_completion([{"role": "user", "content": "hi"}], max_tokens=2, **kwargs)

@@ -198,10 +198,24 @@ TABLE = [
     ("response_format-bad-schema", "POST", CHAT, chat(response_format={
         "type": "json_schema", "json_schema": {"schema": {"type": 7}}}), 400, INVALID),
     # -- fields that are not implemented --------------------------------------------------------
-    ("tool_choice-required", "POST", CHAT, chat(tools=[TOOL], tool_choice="required"), 400,
-     UNSUPPORTED),
+    ("tool_choice-required", "POST", CHAT, chat(tools=[TOOL], tool_choice="required"), 200,
+     None),
     ("tool_choice-named", "POST", CHAT, chat(tools=[TOOL], tool_choice={
-        "type": "function", "function": {"name": "get_time"}}), 400, UNSUPPORTED),
+        "type": "function", "function": {"name": "get_time"}}), 200, None),
+    ("tool_choice-unknown-name", "POST", CHAT, chat(tools=[TOOL], tool_choice={
+        "type": "function", "function": {"name": "nope"}}), 400, INVALID),
+    ("tool_choice-bogus", "POST", CHAT, chat(tools=[TOOL], tool_choice="sometimes"), 400,
+     INVALID),
+    ("tool-bad-parameters", "POST", CHAT, chat(tools=[{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "nope"}}}}}]),
+     400, INVALID),
+    ("tools-with-grammar", "POST", CHAT, chat(tools=[TOOL], grammar='root ::= "a"'), 400,
+     INVALID),
+    ("tool-call-bad-arguments", "POST", CHAT, js({"messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}],
+        "max_tokens": 2}), 400, INVALID),
     ("tool_choice-auto", "POST", CHAT, chat(tools=[TOOL], tool_choice="auto"), 200, None),
     ("tools-string", "POST", CHAT, chat(tools="get_time"), 400, INVALID),
     ("tools-without-function", "POST", CHAT, chat(tools=[{"type": "function"}]), 400, INVALID),

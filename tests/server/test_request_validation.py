@@ -82,9 +82,6 @@ def test_invalid_fields(data):
     ("completions", {"prompt": "a", "suffix": "x"}),
     ("completions", {"prompt": "a", "best_of": 2}),
     ("chat", {"messages": [{"role": "user", "content": "a"}], "n": 2}),
-    ("chat", {"messages": [{"role": "user", "content": "a"}], "tool_choice": "required"}),
-    ("chat", {"messages": [{"role": "user", "content": "a"}],
-              "tool_choice": {"type": "function", "function": {"name": "f"}}}),
 ])
 def test_not_implemented_fields(route, data):
     with pytest.raises(NotSupported) as e:
