@@ -32,7 +32,8 @@ from ..engine.sequence import Request as SequenceRequest
 from ..engine.sequence import Sequence
 from ..grammar import Grammar, GrammarError, LazyGrammarMask
 from .openapi import document
-from .params import Completion, Limits, RequestError, completion_from, parse_body, validate
+from .params import (Completion, Limits, RequestError, completion_from, parse_body,
+                     trigger_finder, validate)
 from .state import ServerState
 
 PUBLIC_PATHS = {"/health", "/v1/health", "/models", "/v1/models", "/", "/openapi.json"}
@@ -172,14 +173,20 @@ async def request_completion(request: Request, route: str) -> tuple[dict, Comple
     return data, c
 
 
-async def token_mask(state: ServerState, grammar: Grammar | None):
+async def token_mask(state: ServerState, grammar: Grammar | None,
+                     triggers: list[dict] | None = None):
     """The grammar bound to this model's vocabulary (its first use builds the vocabulary's
     index, about half a second), off the event loop; a token it names that the vocabulary
-    lacks is a 400."""
+    lacks is a 400. With grammar_triggers, it starts where they first match."""
     if grammar is None:
         return None
+    tok = state.tokenizer
     try:
-        return await asyncio.to_thread(grammar.mask, state.tokenizer)
+        if triggers:
+            text = lambda t: tok.token_to_piece(t, special=True).decode(errors="replace")  # noqa
+            find = trigger_finder(triggers, text)
+            return await asyncio.to_thread(LazyGrammarMask, grammar, tok, find)
+        return await asyncio.to_thread(grammar.mask, tok)
     except GrammarError as e:
         raise RequestError(f"invalid grammar: {e}") from None
 
@@ -549,7 +556,7 @@ async def completion(request: Request) -> Response:
     data, c = await request_completion(request, "completion")
     # tokenized (images decoded and resized) off the event loop
     prompt = await asyncio.to_thread(state.completion_prompt, data["prompt"])
-    mask = await token_mask(state, c.grammar)
+    mask = await token_mask(state, c.grammar, c.grammar_triggers)
     return await start(Run(state, request, "native", c, prompt, mask=mask))
 
 
@@ -561,7 +568,7 @@ async def completions_oai(request: Request) -> Response:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     tokens = await asyncio.to_thread(state.prompt_tokens, prompt)
-    mask = await token_mask(state, c.grammar)
+    mask = await token_mask(state, c.grammar, c.grammar_triggers)
     return await start(Run(state, request, "text", c, tokens, mask=mask))
 
 
@@ -576,7 +583,7 @@ async def chat_completions(request: Request) -> Response:
         c.stop = c.stop + [s for s in plan.grammar.stops if s not in c.stop]
         mask = await tool_mask(state, plan)
     else:
-        mask = await token_mask(state, c.grammar)
+        mask = await token_mask(state, c.grammar, c.grammar_triggers)
     run = Run(state, request, "chat", c, prompt, prompt_opens_thinking(text), mask=mask)
     run.tool_parser = plan.parser() if plan is not None else None
     return await start(run)

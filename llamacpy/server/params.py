@@ -386,6 +386,13 @@ def completion_fields(limits: Limits) -> dict[str, dict]:
         "grammar": string("a GBNF grammar the output must match (llama.cpp's grammars/README)"),
         "json_schema": any_of(obj(), boolean(), doc="a JSON schema the output must match"),
         "response_format": response_format_schema(),
+        "grammar_lazy": boolean("the grammar applies from the first grammar_triggers match on"),
+        "grammar_triggers": array(obj({"type": integer(0, 3, "0 token, 1 word, 2 pattern, "
+                                                           "3 pattern matching all the text"),
+                                       "value": string(),
+                                       "token": integer(0, limits.n_vocab - 1)},
+                                      required=["type"]), max_items=MAX_STOPS),
+        "preserved_tokens": array(string(), "[]" + NOT_SUPPORTED_NOTE, max_items=0),
         "n_indent": integer(0, 0, "0" + NOT_SUPPORTED_NOTE),
         "t_max_predict_ms": integer(hi=0, doc="<= 0" + NOT_SUPPORTED_NOTE),
         "response_fields": array(string(), "[]" + NOT_SUPPORTED_NOTE, max_items=0),
@@ -492,6 +499,7 @@ def _non_empty(kind: type) -> Callable[[Any], bool]:
 # field -> (does the value ask for something not implemented?, what to say); checked before the
 # types, so each test first makes sure of the type it reads
 NOT_IMPLEMENTED_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "preserved_tokens": (_non_empty(list), "'preserved_tokens' is not supported yet"),
     "n": (_above(1), "only one choice per request is supported (n = 1)"),
     "n_cmpl": (_above(1), "only one completion per request is supported (n_cmpl = 1)"),
     "best_of": (_above(1), "best_of > 1 is not supported"),
@@ -562,6 +570,7 @@ class Completion:
     reasoning_format: str | None = None  # chat: this request's, else the server's
     grammar: Grammar | None = None  # grammar, json_schema or response_format, compiled
     grammar_source: str = ""  # as given (a schema as JSON), for generation_settings
+    grammar_triggers: list[dict] | None = None  # grammar_lazy: where the grammar starts
 
 
 Tokenize = Callable[[str], list[int]]
@@ -663,7 +672,50 @@ def completion_from(data: dict, base: SamplingParams, default_n_predict: int, ro
     c.timings_per_token = data.get("timings_per_token") is True
     c.reasoning_format = data.get("reasoning_format")
     c.grammar, c.grammar_source = constraint_from(data)
+    if data.get("grammar_lazy"):
+        if c.grammar is None:
+            raise RequestError("'grammar_lazy' needs a grammar or a json_schema")
+        c.grammar_triggers = data.get("grammar_triggers") or []
+        if not c.grammar_triggers:
+            raise RequestError("Error: no triggers set for lazy grammar!")
     return c
+
+
+def trigger_finder(triggers: list[dict], token_text: Callable[[int], str]
+                   ) -> Callable[[str], int | None]:
+    """Where a lazy grammar starts in the text so far (llama.cpp's grammar triggers): a token's
+    or a word's first occurrence, a pattern's first match (its first group, if one matched),
+    or a pattern that matches the whole text."""
+    finders = []
+    for i, t in enumerate(triggers):
+        kind, value = t["type"], t.get("value") or ""
+        if kind == 0:
+            if t.get("token") is None:
+                raise RequestError(f"grammar_triggers[{i}]: a token trigger needs 'token'")
+            value = token_text(t["token"])
+        if not value:
+            raise RequestError(f"grammar_triggers[{i}] needs a non-empty 'value'")
+        if kind in (0, 1):
+            finders.append(lambda text, w=value: text.find(w) if w in text else None)
+            continue
+        try:
+            regex = re.compile(value if kind == 2 else f"^(?:{value.strip('^$')})$", re.S)
+        except re.error as e:
+            raise RequestError(f"grammar_triggers[{i}]: invalid pattern: {e}") from None
+        finders.append(lambda text, r=regex: _match_start(r.search(text)))
+
+    def find(text: str) -> int | None:
+        hits = [h for h in (f(text) for f in finders) if h is not None]
+        return min(hits) if hits else None
+
+    return find
+
+
+def _match_start(m: re.Match | None) -> int | None:
+    if m is None:
+        return None
+    return next((m.start(g) for g in range(1, (m.re.groups or 0) + 1) if m.start(g) >= 0),
+                m.start())
 
 
 def constraint_from(data: dict) -> tuple[Grammar | None, str]:
