@@ -200,6 +200,24 @@ FLAGS = [
     f("--log-file", dest="log_file", env="LLAMA_ARG_LOG_FILE", help="log to this file"),
 ]
 
+# llama-perplexity (tools/perplexity): its own flags, and the shared ones it reads
+FLAGS += [
+    f("--chunks", dest="chunks", type=int, default=-1, tools=("perplexity",),
+      help="max number of chunks to process (-1 = all)"),
+    f("--kl-divergence", dest="kl_divergence", type=SWITCH, default=False, tools=("perplexity",),
+      help="computes KL-divergence to logits provided via --kl-divergence-base"),
+    f("--save-all-logits", "--kl-divergence-base", dest="logits_file", tools=("perplexity",),
+      help="base log-probabilities file: written, or read with --kl-divergence"),
+    f("--ppl-output-type", dest="ppl_output_type", type=int, default=0, tools=("perplexity",),
+      help="output type for perplexity calculation: 0 [1]PPL,... or 1 one line per chunk"),
+]
+PERPLEXITY_SHARED = {"model", "hf_repo", "ctx_size", "batch_size", "ubatch_size", "threads",
+                     "threads_batch", "n_gpu_layers", "device", "prompt", "file", "cache_type_k",
+                     "cache_type_v", "repack", "verbose", "verbosity", "log_disable", "log_file"}
+FLAGS = [Flag(fl.names, fl.dest, fl.type, fl.default, fl.env, fl.help,
+              fl.tools + ("perplexity",), fl.const) if fl.dest in PERPLEXITY_SHARED else fl
+         for fl in FLAGS]
+
 # llama.cpp flags llamacpy does not support yet -> whether they take a value
 NOT_SUPPORTED = {
     **{k: True for k in ("--lora", "--lora-scaled", "--control-vector",

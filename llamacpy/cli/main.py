@@ -13,6 +13,7 @@ TOOLS = {
     "server": ("server", "serve a model over the OpenAI-compatible HTTP API (llama-server)"),
     "cli": ("llama_cli", "chat with a model or complete a prompt (llama-cli)"),
     "bench": ("bench", "measure prompt and generation speed (llama-bench)"),
+    "perplexity": ("perplexity", "perplexity and KL divergence over a text (llama-perplexity)"),
     "warmup": ("warmup", "compile the numba kernels ahead of time (scripts/setup.sh runs it)"),
 }
 PLANNED: dict[str, str] = {}
