@@ -47,6 +47,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Callable
 
+from ..grammar.json_schema import WHITESPACE, closed_objects
 from .template import ChatTemplate, concat_content_parts
 
 
@@ -79,14 +80,16 @@ def tool_parameters(function: dict) -> dict:
     (common_chat_tool_parameters)."""
     params = function.get("parameters")
     if not params:
-        return {"type": "object", "properties": {}}
+        return {"type": "object"}  # no "properties": llama.cpp then allows any keys
     return params
 
 
 def _schema_for_json(schema: dict) -> dict:
-    # lenient: unknown keywords and formats are annotations in JSON Schema, not errors
-    out = dict(schema)
-    out["x-guidance"] = {"lenient": True, **(schema.get("x-guidance") or {})}
+    # lenient: unknown keywords and formats are annotations in JSON Schema, not errors; objects
+    # closed and whitespace bounded as llama.cpp's json-schema-to-grammar writes them
+    out = closed_objects(schema)
+    out["x-guidance"] = {"lenient": True, "whitespace_pattern": WHITESPACE,
+                         **(schema.get("x-guidance") or {})}
     return out
 
 
@@ -400,7 +403,8 @@ def template_extras(now: datetime | None = None) -> dict:
 
 # -- grammars ---------------------------------------------------------------------------------
 
-_WS_RULE = "WS: /[ \\t\\r\\n]+/"
+# llama.cpp's `space` rule (one blank, or up to two newlines and 20 spaces or tabs), never empty
+_WS_RULE = "WS: /( |\\n{1,2}[ \\t]{0,20})/"
 # a leading reasoning block, for grammars that cover the whole output of a thinking model:
 # with the block opened by the prompt the output starts inside it, hence the optional <think>
 _THINK_RULE = 'think[lazy]: "<think>"? /(.|\\n)*/ "</think>"'

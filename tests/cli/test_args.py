@@ -41,8 +41,8 @@ def test_repack_only_for_parallel_slots_by_default():
 
 def test_unsupported_flags_end_the_tool_with_one_line(capsys):
     with pytest.raises(SystemExit) as e:
-        parse_args("server", "llama-server", "", ["-m", "m", "--grammar", "root ::= x", "-c", "8"])
+        parse_args("server", "llama-server", "", ["-m", "m", "--lora", "a.gguf", "-c", "8"])
     assert e.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "llama-server: error: --grammar is not supported by llamacpy yet"]
+        "llama-server: error: --lora is not supported by llamacpy yet"]
 

@@ -11,6 +11,7 @@ A tiny model with a template that opens a think block checks reasoning_content b
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import httpx
@@ -114,13 +115,12 @@ def test_two_parallel_calls_streamed_and_not(client, qwen):
     assert_same_calls(s.call_list, calls)
 
 
-@pytest.mark.xfail(strict=True, reason="llamacpy bug: tool arguments are not closed objects "
-                   "(llama.cpp's schema grammar allows no keys beyond `properties` when the "
-                   "schema has no additionalProperties); the model adds 'city2'")
 def test_arguments_have_only_the_schema_keys(client):
+    """A schema without additionalProperties allows no other keys (llama.cpp's reading): the
+    0.5B model, left free, adds a 'city2' for the second city."""
     open_weather = tool("get_weather", CITY, "Get the current weather in a city", closed=False)
     r = chat(client, "Get the weather for both Paris and Rome, one call per city.",
-             tools=[open_weather], tool_choice="required", parallel_tool_calls=True,
+             tools=[open_weather], tool_choice="required", parallel_tool_calls=False,
              max_tokens=120)
     for args in check_calls(only_calls(r.choices[0]), [open_weather]):
         assert set(args) <= {"city"}, args
@@ -287,13 +287,15 @@ def hermes_tiny(tmp_path_factory):
     stop_server(server)
 
 
-@pytest.mark.xfail(strict=True, reason="llamacpy bug: tool grammars allow unbounded whitespace "
-                   "(llama.cpp's `space` rule bounds it), so greedy random weights write blanks "
-                   "until max_tokens and no call comes")
-def test_required_call_without_help_from_logit_bias(hermes_tiny):
+def test_whitespace_in_calls_is_bounded(hermes_tiny):
+    """Greedy random weights write as many blanks as the grammar lets them: llama.cpp's `space`
+    rule (one blank, or up to two newlines and 20 spaces or tabs) bounds every run of them."""
     r = chat(openai_client(hermes_tiny), "Timer", tools=[TIMER], tool_choice="required",
              max_tokens=200)
-    check_calls(only_calls(r.choices[0]), [TIMER])
+    msg = r.choices[0].message
+    text = (msg.content or "") + "".join(c.function.arguments for c in msg.tool_calls or [])
+    runs = re.findall(r"[ \t\r\n]+", text)
+    assert runs and all(re.fullmatch(r" |\n{1,2}[ \t]{0,20}", w) for w in runs), runs[:5]
 
 
 # -- reasoning beside tool calls ---------------------------------------------------------------
