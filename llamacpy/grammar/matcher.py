@@ -13,9 +13,11 @@ needs torch. The pieces here:
 from __future__ import annotations
 
 import codecs
+import functools
 import threading
 import weakref
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import llguidance
 import numpy as np
@@ -121,26 +123,53 @@ def _validate(lark: str) -> None:
 
 
 class GrammarMask:
-    """The engine's TokenMask for one generation: the allowed tokens as a bool array."""
+    """The engine's TokenMask for one generation: the allowed tokens as a bool array.
+
+    The next mask depends only on the tokens taken so far, so `accept` starts computing it on
+    a helper thread (llguidance releases the GIL) while the model decodes that token; `allowed`
+    then mostly finds it ready. The matcher is never touched by two threads at once."""
 
     def __init__(self, matcher: llguidance.LLMatcher, n_vocab: int):
         self.matcher, self.n_vocab = matcher, n_vocab
         self._bits = np.zeros((n_vocab + 31) // 32, dtype=np.int32)
+        self._next: Future | None = None
+        self._stopped = matcher.is_stopped()
 
-    def allowed(self) -> np.ndarray | None:
+    def _compute(self) -> None:
         m = self.matcher
         if m.is_error():
             raise GrammarError(f"grammar: {m.get_error()}")
         m.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+
+    def allowed(self) -> np.ndarray | None:
+        if self._next is not None:
+            self._next, pending = None, self._next
+            pending.result()
+        else:
+            self._compute()
         bits = np.unpackbits(self._bits.view(np.uint8), bitorder="little")
         return bits[: self.n_vocab].view(bool)
 
     def accept(self, token: int) -> None:
-        if not self.matcher.consume_token(int(token)):
-            raise GrammarError(f"grammar: token {token} does not fit: {self.matcher.get_error()}")
+        self.accept_tokens([int(token)])
+
+    def accept_tokens(self, tokens: list[int]) -> None:
+        if self._next is not None:  # a mask computed but not used (a forced token)
+            self._next, pending = None, self._next
+            pending.exception()
+        if not self.matcher.consume_tokens(tokens):
+            raise GrammarError(f"grammar: the output does not fit: {self.matcher.get_error()}")
+        self._stopped = self.matcher.is_stopped()
+        if not self._stopped:
+            self._next = _mask_thread().submit(self._compute)
 
     def is_finished(self) -> bool:
-        return self.matcher.is_stopped()
+        return self._stopped
+
+
+@functools.cache
+def _mask_thread() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(1, thread_name_prefix="grammar-mask")
 
 
 class LazyGrammarMask:
@@ -168,11 +197,8 @@ class LazyGrammarMask:
         if start is None:
             return
         self.active = self.grammar.mask(self.tokenizer)
-        tokens = self.tokenizer.tokenize(self.text[start:], add_special=False,
-                                         parse_special=False)
-        if not self.active.matcher.consume_tokens(tokens):
-            raise GrammarError("grammar: the text at its start does not fit it: "
-                               f"{self.active.matcher.get_error()}")
+        self.active.accept_tokens(self.tokenizer.tokenize(self.text[start:], add_special=False,
+                                                          parse_special=False))
 
     def is_finished(self) -> bool:
         return self.active is not None and self.active.is_finished()

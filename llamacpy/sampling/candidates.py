@@ -181,6 +181,12 @@ def _above_guess(x: np.ndarray, k: int) -> np.ndarray:
     sample = x[::step]
     j = min(len(sample), (3 * k) // (2 * step) + 8)  # expect ~1.5k + 512 survivors
     threshold = np.partition(sample, len(sample) - j)[len(sample) - j]
+    if threshold == -np.inf:  # mostly masked (a grammar): the finite ones, then the first -inf
+        finite = np.flatnonzero(x > -np.inf)
+        if len(finite) >= k:
+            return finite
+        banned = np.flatnonzero(x == -np.inf)[: k - len(finite)]
+        return np.sort(np.concatenate([finite, banned]))
     cand = np.flatnonzero(x >= threshold)
     return cand if len(cand) >= k else np.arange(len(x))
 

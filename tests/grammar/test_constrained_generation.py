@@ -339,13 +339,19 @@ def test_llama_cli_grammar_file(model):
         assert recognizer.is_prefix(reference, text), text
 
 
-# -- known differences from llama.cpp ---------------------------------------------------------
+# -- llama.cpp's reading of schemas ------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="allOf of objects: llama.cpp merges the components' "
-                   "properties into one object (json-schema-to-grammar.cpp, allOf); llamacpy "
-                   "closes each component first, so their intersection allows no key")
 def test_all_of_objects_merge_their_properties():
+    """llama.cpp merges allOf's object parts into one closed object (json-schema-to-grammar.cpp);
+    closing each part before intersecting them would allow no key at all."""
     from llamacpy.grammar import Grammar
-    Grammar.from_json_schema({"allOf": [
+    from tests.engine.stub import tokenizer
+
+    grammar = Grammar.from_json_schema({"allOf": [
         {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
-        {"type": "object", "properties": {"b": {"type": "boolean"}}, "required": ["b"]}]})
+        {"$ref": "#/$defs/b"}], "$defs": {"b": {
+            "type": "object", "properties": {"b": {"type": "boolean"}}, "required": ["b"]}}})
+    tok = tokenizer()
+    assert grammar.accepts(tok, '{"a": 1, "b": true}')
+    assert not grammar.accepts(tok, '{"a": 1}')
+    assert not grammar.accepts(tok, '{"a": 1, "b": true, "c": 2}')
