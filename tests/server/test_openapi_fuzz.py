@@ -141,9 +141,21 @@ def near(schema: dict):
     return JSON
 
 
+# fields whose valid values a type alone does not make (a grammar, a schema): some right ones,
+# so that bodies holding them still reach the engine
+VALID = {
+    "grammar": st.sampled_from(["", 'root ::= "a" | "b"', "root ::= [0-9]{1,3}"]),
+    "json_schema": st.sampled_from([{}, {"type": "integer"}, {"enum": ["x", "y"]}]),
+    "response_format": st.sampled_from([{"type": "text"}, {"type": "json_object"}, {
+        "type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "boolean"}}}]),
+    "tool_choice": st.sampled_from(["auto", "none"]),
+}
+
+
 def field_values(route: str):
     fields, _ = request_fields(route, Limits(n_vocab=49152, n_slots=2, n_ctx_slot=512))
-    return {name: near(schema) | JSON for name, schema in fields.items()}
+    return {name: (VALID[name] | near(schema) if name in VALID else near(schema)) | JSON
+            for name, schema in fields.items()}
 
 
 MESSAGE = st.fixed_dictionaries(
