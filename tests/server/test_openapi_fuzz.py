@@ -149,6 +149,7 @@ VALID = {
     "response_format": st.sampled_from([{"type": "text"}, {"type": "json_object"}, {
         "type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "boolean"}}}]),
     "tool_choice": st.sampled_from(["auto", "none"]),
+    "preserved_tokens": st.just([]),
 }
 
 
@@ -167,6 +168,10 @@ MESSAGE = st.fixed_dictionaries(
                   {"name": st.text(max_size=8)}, optional={"arguments": JSON})}), max_size=2)
               | JSON,
               "name": st.text(max_size=8) | JSON})
+# half the chats start from messages a template can render, so that the other fields decide
+PLAIN_MESSAGES = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system"]),
+                                                 "content": st.text(max_size=30)}),
+                          min_size=1, max_size=3)
 PROMPT = st.text(max_size=40) | st.lists(st.integers(-2, 49155) | st.text(max_size=8),
                                          max_size=8) | JSON
 
@@ -174,7 +179,7 @@ PROMPT = st.text(max_size=40) | st.lists(st.integers(-2, 49155) | st.text(max_si
 def bodies(route: str):
     values = field_values(route)
     head = {"prompt": PROMPT} if route != "chat" else \
-        {"messages": st.lists(MESSAGE, min_size=1, max_size=4) | JSON}
+        {"messages": PLAIN_MESSAGES | st.lists(MESSAGE, min_size=1, max_size=4) | JSON}
     values = {k: v for k, v in values.items() if k not in head}
     # a few fields at a time, so that some bodies are right and reach the engine
     names = st.lists(st.sampled_from(sorted(values)), max_size=5, unique=True)
