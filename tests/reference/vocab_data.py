@@ -41,6 +41,9 @@ def vocab_dir() -> Path:
 
 
 def _sdist(tmp: Path) -> Path:
+    """The sdist, downloaded once into ~/.cache/llamacpy (templates, vocabularies and grammar
+    vectors are each extracted from it on first use: without the cache, each would fetch
+    76 MB again)."""
     for path in LOCAL_SDISTS:
         if path.is_file():
             return path
@@ -50,7 +53,12 @@ def _sdist(tmp: Path) -> Path:
     if result.returncode != 0:
         raise RuntimeError(f"pip download of llama-cpp-python=={VERSION} failed:\n"
                            f"{result.stderr[-2000:]}")
-    return next(tmp.glob("llama_cpp_python-*.tar.gz"))
+    fetched = next(tmp.glob("llama_cpp_python-*.tar.gz"))
+    keep = LOCAL_SDISTS[-1]
+    keep.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(fetched, f"{keep}.part")
+    os.replace(f"{keep}.part", keep)
+    return keep
 
 
 def _extract(sdist: Path, dest: Path) -> None:
