@@ -1,8 +1,9 @@
 """Regenerate tests/golden/perplexity/golden.json: llama.cpp's perplexity (llama-perplexity's
 method) of catalogue models over tests/golden/perplexity/text.txt (llama.cpp's README.md from
-the llama-cpp-python 0.3.36 sdist, MIT).
+the llama-cpp-python 0.3.36 sdist, MIT), and the same from the exact fp32 computation.
 
-    .venv/bin/python -m tests.reference.make_perplexity_golden   # needs llama-cpp-python 0.3.36
+    .venv/bin/python -m tests.reference.make_perplexity_golden
+    # needs llama-cpp-python 0.3.36, and torch==2.13.0 transformers accelerate for the exact run
 
 llama-cpp-python ships no llama-perplexity binary, so this applies perplexity.cpp's perplexity()
 to llama.cpp's own logits: the text tokenized whole (common_tokenize with add_special), chunks
@@ -69,8 +70,28 @@ def llamacpp_perplexity(path: Path, text: bytes, n_ctx: int, n_chunk: int) -> di
     ppl = float(np.exp(v.mean()))
     err = float(np.sqrt((np.mean(v * v) - v.mean() ** 2) / (len(v) - 1)) * ppl)
     return {"file": path.name, "n_ctx": n_ctx, "n_chunk": n_chunk, "add_bos": add_bos,
+            "bos": llm.token_bos(),
             "n_tokens": len(tokens), "tokens": tokens[:n_chunk * n_ctx], "chunks": running,
             "ppl": ppl, "ppl_err": err}
+
+
+def exact_perplexity(path: Path, run: dict) -> dict:
+    """The same chunks scored from the exact computation: the GGUF's dequantized weights in
+    fp32, run by transformers (needs torch, transformers and accelerate)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                 dtype=torch.float32)
+    n_ctx, tokens, nll, running = run["n_ctx"], run["tokens"], [], []
+    for i in range(run["n_chunk"]):
+        chunk = tokens[i * n_ctx:(i + 1) * n_ctx]
+        fed = [run["bos"]] + chunk[1:] if run["add_bos"] else chunk
+        with torch.no_grad():
+            logits = model(torch.tensor([fed])).logits[0].float().numpy()
+        nll.append(chunk_nll(logits, chunk, n_ctx))
+        running.append(float(np.exp(np.concatenate(nll).mean())))
+    return {"chunks": running, "ppl": running[-1]}
 
 
 def main() -> None:
@@ -79,8 +100,9 @@ def main() -> None:
               "text": TEXT.name, "text_sha256": hashlib.sha256(TEXT.read_bytes()).hexdigest(),
               "models": {}}
     for name, n_chunk in RUNS.items():
-        golden["models"][name] = llamacpp_perplexity(pull(name), text, N_CTX, n_chunk)
-        print(name, golden["models"][name]["chunks"], golden["models"][name]["ppl"])
+        run = golden["models"][name] = llamacpp_perplexity(pull(name), text, N_CTX, n_chunk)
+        run["exact"] = exact_perplexity(pull(name), run)
+        print(name, "llama.cpp", run["chunks"], "exact fp32", run["exact"]["chunks"])
     GOLDEN.write_text(json.dumps(golden, indent=1) + "\n")
 
 
