@@ -562,7 +562,9 @@ def _xml_rules(tools, lazy: bool, parallel: bool) -> list[str]:
     return rules
 
 
-_NAME_AT_START = r'\{{\s*"name"\s*:\s*"(?:{names})"'
+# the grammar's WS (_WS_RULE), so that text the pattern wakes on is text the grammar continues
+_BLANK = r"(?: |\n{1,2}[ \t]{0,20})?"
+_NAME_AT_START = r'\{' + _BLANK + r'"name"' + _BLANK + ":" + _BLANK + r'"(?:{names})"'
 
 
 def call_grammar(fmt: ToolFormat | str, tools: list[dict], tool_choice: Any = "auto",
@@ -606,13 +608,15 @@ def call_grammar(fmt: ToolFormat | str, tools: list[dict], tool_choice: Any = "a
     if lazy and fmt in (ToolFormat.HERMES, ToolFormat.QWEN3_CODER):
         grammar.triggers = ["<tool_call>"]
     if lazy and fmt == ToolFormat.HERMES:
-        at_start = _NAME_AT_START.format(names=names)
-        grammar.start_patterns = [at_start, r"```(?:json)?\s*" + at_start]
+        at_start = _NAME_AT_START.replace("{names}", names)
+        grammar.start_patterns = [at_start, r"```(?:json)?" + _BLANK + at_start]
     if fmt == ToolFormat.LLAMA3_JSON:
         grammar.stops = ["<|eom_id|>"]
         if lazy:  # any name: small models invent names, the grammar then fixes it
             grammar.triggers = ["<|python_tag|>"]
-            grammar.start_patterns = [r'\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:\s*"']
+            grammar.start_patterns = [
+                r"\{" + _BLANK + r'(?:"type"' + _BLANK + ":" + _BLANK + r'"function"' + _BLANK
+                + "," + _BLANK + r')?"name"' + _BLANK + ":" + _BLANK + '"']
     return grammar
 
 

@@ -113,10 +113,10 @@ def schema_grammar(schema: dict | str | bool) -> str:
         grammar = llguidance.LLMatcher.grammar_from_json_schema(
             schema, defaults={"whitespace_pattern": WHITESPACE})
     except ValueError as e:
-        raise GrammarError(f"invalid JSON schema: {e}") from None
+        raise GrammarError(str(e)) from None
     error = llguidance.LLMatcher.validate_grammar(grammar)
     if error:
-        raise GrammarError(f"unsupported or invalid JSON schema: {error}")
+        raise GrammarError(error)
     return grammar
 
 

@@ -74,10 +74,11 @@ def _token_id(tokenizer: Tokenizer):
 class Grammar:
     """A grammar checked when it is made; `mask(tokenizer)` starts one generation under it."""
 
-    def __init__(self, lark: str | None = None, kind: str = "lark", rules=None):
+    def __init__(self, lark: str | None = None, kind: str = "lark", rules=None,
+                 checked: bool = False):
         self.kind = kind
         self._lark, self._rules = lark, rules  # GBNF with <text> references binds per tokenizer
-        if lark is not None:
+        if lark is not None and not checked:
             _validate(lark)
 
     @classmethod
@@ -89,7 +90,7 @@ class Grammar:
 
     @classmethod
     def from_json_schema(cls, schema: dict | str | bool) -> Grammar:
-        return cls(schema_grammar(schema), "json_schema")
+        return cls(schema_grammar(schema), "json_schema", checked=True)
 
     @classmethod
     def from_lark(cls, text: str) -> Grammar:
@@ -106,7 +107,7 @@ class Grammar:
     def matcher(self, tokenizer: Tokenizer) -> llguidance.LLMatcher:
         matcher = llguidance.LLMatcher(vocabulary(tokenizer), self.lark(tokenizer), log_level=0)
         if matcher.is_error():
-            raise GrammarError(f"invalid grammar: {matcher.get_error()}")
+            raise GrammarError(matcher.get_error())
         return matcher
 
     def accepts(self, tokenizer: Tokenizer, text: str) -> bool:
@@ -119,7 +120,7 @@ class Grammar:
 def _validate(lark: str) -> None:
     error = llguidance.LLMatcher.validate_grammar(lark)
     if error:
-        raise GrammarError(f"invalid grammar: {error}")
+        raise GrammarError(error)
 
 
 class GrammarMask:
@@ -180,11 +181,13 @@ class LazyGrammarMask:
 
     def __init__(self, grammar: Grammar, tokenizer: Tokenizer,
                  find: Callable[[str], int | None]):
-        self.grammar, self.tokenizer, self.find = grammar, tokenizer, find
+        self.tokenizer, self.find = tokenizer, find
         self.text = ""  # generated so far, until the grammar starts
         self._decode = codecs.getincrementaldecoder("utf-8")("replace")
         self.active: GrammarMask | None = None
-        grammar.matcher(tokenizer)  # a grammar error shows now, before the request is queued
+        self.given_up = False
+        # compiled now, so that a grammar error shows before the request is queued
+        self._matcher: llguidance.LLMatcher | None = grammar.matcher(tokenizer)
 
     def allowed(self) -> np.ndarray | None:
         return self.active.allowed() if self.active is not None else None
@@ -192,13 +195,20 @@ class LazyGrammarMask:
     def accept(self, token: int) -> None:
         if self.active is not None:
             return self.active.accept(token)
+        if self.given_up:
+            return
         self.text += self._decode.decode(self.tokenizer.token_to_piece(int(token), special=True))
         start = self.find(self.text)
         if start is None:
             return
-        self.active = self.grammar.mask(self.tokenizer)
-        self.active.accept_tokens(self.tokenizer.tokenize(self.text[start:], add_special=False,
-                                                          parse_special=False))
+        matcher, self._matcher = self._matcher, None
+        tail = self.tokenizer.tokenize(self.text[start:], add_special=False, parse_special=False)
+        if not matcher.consume_tokens(tail):
+            # the model wrote something the grammar cannot continue before it could apply:
+            # no constraint can mend that, so the rest stays free (llama.cpp fails the request)
+            self.given_up = True
+            return
+        self.active = GrammarMask(matcher, self.tokenizer.n_vocab)
 
     def is_finished(self) -> bool:
         return self.active is not None and self.active.is_finished()

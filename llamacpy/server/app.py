@@ -30,10 +30,10 @@ from ..engine.prompt import Prompt
 from ..engine.scheduler import EngineError
 from ..engine.sequence import Request as SequenceRequest
 from ..engine.sequence import Sequence
-from ..grammar import Grammar, GrammarError, LazyGrammarMask
+from ..grammar import Grammar, GrammarError, LazyGrammarMask, trigger_finder
 from .openapi import document
 from .params import (Completion, Limits, RequestError, completion_from, parse_body,
-                     trigger_finder, validate)
+                     trigger_words, validate)
 from .state import ServerState
 
 PUBLIC_PATHS = {"/health", "/v1/health", "/models", "/v1/models", "/", "/openapi.json"}
@@ -184,7 +184,7 @@ async def token_mask(state: ServerState, grammar: Grammar | None,
     try:
         if triggers:
             text = lambda t: tok.token_to_piece(t, special=True).decode(errors="replace")  # noqa
-            find = trigger_finder(triggers, text)
+            find = trigger_finder(trigger_words(triggers, text))
             return await asyncio.to_thread(LazyGrammarMask, grammar, tok, find)
         return await asyncio.to_thread(grammar.mask, tok)
     except GrammarError as e:

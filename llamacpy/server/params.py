@@ -387,8 +387,9 @@ def completion_fields(limits: Limits) -> dict[str, dict]:
         "json_schema": any_of(obj(), boolean(), doc="a JSON schema the output must match"),
         "response_format": response_format_schema(),
         "grammar_lazy": boolean("the grammar applies from the first grammar_triggers match on"),
-        "grammar_triggers": array(obj({"type": integer(0, 3, "0 token, 1 word, 2 pattern, "
-                                                           "3 pattern matching all the text"),
+        "grammar_triggers": array(obj({"type": integer(0, 3, "0 token, 1 word; 2 and 3 "
+                                                           "(patterns) answer 400 "
+                                                           "not_supported_error"),
                                        "value": string(),
                                        "token": integer(0, limits.n_vocab - 1)},
                                       required=["type"]), max_items=MAX_STOPS),
@@ -678,44 +679,28 @@ def completion_from(data: dict, base: SamplingParams, default_n_predict: int, ro
         c.grammar_triggers = data.get("grammar_triggers") or []
         if not c.grammar_triggers:
             raise RequestError("Error: no triggers set for lazy grammar!")
+        trigger_words(c.grammar_triggers, str)  # refused kinds answer now, before tokenizing
     return c
 
 
-def trigger_finder(triggers: list[dict], token_text: Callable[[int], str]
-                   ) -> Callable[[str], int | None]:
-    """Where a lazy grammar starts in the text so far (llama.cpp's grammar triggers): a token's
-    or a word's first occurrence, a pattern's first match (its first group, if one matched),
-    or a pattern that matches the whole text."""
-    finders = []
+def trigger_words(triggers: list[dict], token_text: Callable[[int], str]) -> list[str]:
+    """The texts at whose first occurrence a lazy grammar starts (llama.cpp's grammar triggers:
+    a word, or a token by id). Pattern triggers are refused: a regex run over the growing output
+    at every token, in the engine thread, can backtrack for ever on a hostile pattern."""
+    words = []
     for i, t in enumerate(triggers):
         kind, value = t["type"], t.get("value") or ""
+        if kind in (2, 3):
+            raise NotSupported(f"grammar_triggers[{i}]: pattern triggers are not supported; use "
+                               "a word (type 1) or a token (type 0)")
         if kind == 0:
             if t.get("token") is None:
                 raise RequestError(f"grammar_triggers[{i}]: a token trigger needs 'token'")
             value = token_text(t["token"])
         if not value:
             raise RequestError(f"grammar_triggers[{i}] needs a non-empty 'value'")
-        if kind in (0, 1):
-            finders.append(lambda text, w=value: text.find(w) if w in text else None)
-            continue
-        try:
-            regex = re.compile(value if kind == 2 else f"^(?:{value.strip('^$')})$", re.S)
-        except re.error as e:
-            raise RequestError(f"grammar_triggers[{i}]: invalid pattern: {e}") from None
-        finders.append(lambda text, r=regex: _match_start(r.search(text)))
-
-    def find(text: str) -> int | None:
-        hits = [h for h in (f(text) for f in finders) if h is not None]
-        return min(hits) if hits else None
-
-    return find
-
-
-def _match_start(m: re.Match | None) -> int | None:
-    if m is None:
-        return None
-    return next((m.start(g) for g in range(1, (m.re.groups or 0) + 1) if m.start(g) >= 0),
-                m.start())
+        words.append(value)
+    return words
 
 
 def constraint_from(data: dict) -> tuple[Grammar | None, str]:

@@ -1,6 +1,7 @@
 """Grammars inside the generation core, on the stub model (scripted logits): the mask overrides
 what the model prefers, ends generation when the grammar allows nothing more, and a lazy grammar
-starts only where its trigger appears; llama.cpp's grammar_triggers forms."""
+starts only where its trigger appears, or not at all if the text there cannot fit it;
+llama.cpp's grammar_triggers forms."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import re
 import pytest
 
 from llamacpy.grammar import Grammar, LazyGrammarMask, trigger_finder
-from llamacpy.server.params import RequestError
-from llamacpy.server.params import trigger_finder as request_trigger_finder
+from llamacpy.server.params import NotSupported, RequestError, trigger_words
 from tests.engine.test_scheduler import make, request, run_one, words
 
 
@@ -50,21 +50,42 @@ def test_without_its_trigger_a_lazy_grammar_never_applies():
     assert text == free_text and done["stop_type"] == "limit"
 
 
+def test_a_lazy_grammar_the_text_cannot_fit_leaves_generation_free():
+    """The model wrote past the trigger something the grammar cannot continue: no mask can mend
+    it, so the request goes on unconstrained instead of failing."""
+    tok0 = make(lambda h: 300)[1]
+    free = words(tok0, "The end")
+    script = lambda h: free[len(h) - 1] if len(h) - 1 < len(free) else 300  # noqa: E731
+    plain, _, _ = run_one(make(script)[0], request([1], n_predict=12))
+    sched, tok = make(script)
+    assert tok.token_to_piece(free[0]) == b"The"  # one token: it overshoots the trigger "Th"
+    mask = LazyGrammarMask(Grammar.from_gbnf('root ::= "Th!"'), tok, trigger_finder(["Th"]))
+    text, _, done = run_one(sched, request([1], token_mask=mask, n_predict=12))
+    assert text == plain and text.startswith("The end") and done["stop_type"] == "limit"
+    assert mask.given_up and mask.allowed() is None
+
+
 @pytest.mark.parametrize("triggers, text, start", [
     ([{"type": 1, "value": "<call>"}], "ab <call> x", 3),
     ([{"type": 1, "value": "<call>"}], "ab <cal", None),
-    ([{"type": 2, "value": r"x(<c>)"}], "abx<c>", 3),  # the first group's start
-    ([{"type": 2, "value": r"\d+"}], "ab12", 2),
-    ([{"type": 3, "value": r"\s*\{.*"}], " {\"a\"", 0),
-    ([{"type": 3, "value": r"\{.*"}], "a{", None),  # must match the whole text
+    ([{"type": 1, "value": "b"}, {"type": 0, "token": 5}], "..T5..b", 2),  # the first of them
     ([{"type": 0, "token": 5}], "..T5..", 2),
 ])
 def test_grammar_triggers_as_llama_cpp_reads_them(triggers, text, start):
-    find = request_trigger_finder(triggers, lambda t: f"T{t}")
+    find = trigger_finder(trigger_words(triggers, lambda t: f"T{t}"))
     assert find(text) == start
 
 
-@pytest.mark.parametrize("triggers", [[{"type": 1}], [{"type": 0}], [{"type": 2, "value": "("}]])
+@pytest.mark.parametrize("triggers", [[{"type": 1}], [{"type": 0}]])
 def test_bad_triggers_are_refused(triggers):
-    with pytest.raises(RequestError):
-        request_trigger_finder(triggers, str)
+    with pytest.raises(RequestError) as e:
+        trigger_words(triggers, str)
+    assert e.value.kind == "invalid_request_error"
+
+
+@pytest.mark.parametrize("kind", [2, 3])
+def test_pattern_triggers_are_refused(kind):
+    """A user's regex over the growing output, at every token, in the engine thread, could
+    backtrack for ever: refused, not run."""
+    with pytest.raises(NotSupported):
+        trigger_words([{"type": kind, "value": "(a+)+b"}], str)
