@@ -25,6 +25,7 @@ from ..memory.batch import concat
 from ..tokenizer import Tokenizer
 from .context import Context
 from .sequence import Emit, Request, Sequence, Slot, common_prefix
+from .speculative import Speculator
 
 
 class EngineError(Exception):
@@ -65,11 +66,12 @@ class Metrics:
 
 
 class Scheduler:
-    """Owns a Context with one slot per KV-cache sequence."""
+    """Owns a Context with one slot per KV-cache sequence; with a speculator, generating
+    sequences verify drafts in the same batched step."""
 
     def __init__(self, ctx: Context, tokenizer: Tokenizer, n_batch: int = 2048,
-                 max_queue: int = 256):
-        self.ctx, self.tokenizer = ctx, tokenizer
+                 max_queue: int = 256, speculator: Speculator | None = None):
+        self.ctx, self.tokenizer, self.speculator = ctx, tokenizer, speculator
         self.n_batch, self.max_queue = n_batch, max_queue
         self.slots = [Slot(ctx, i) for i in range(ctx.n_seq)]
         self.waiting: deque[Sequence] = deque()
@@ -93,7 +95,8 @@ class Scheduler:
         """Check and queue a request; EngineError says why one is refused."""
         self.check(request)
         try:
-            seq = Sequence(request, self.tokenizer, emit, self.n_ctx_slot)
+            seq = Sequence(request, self.tokenizer, emit, self.n_ctx_slot,
+                           speculator=self.speculator)
         except (ValueError, NotImplementedError) as e:  # the sampler refused its settings
             raise EngineError(str(e)) from None
         with self.cond:
@@ -176,11 +179,11 @@ class Scheduler:
         self.metrics.n_decode += 1
         self.metrics.n_busy_slots += len(parts)
         row = 0
-        for seq, cells, has_logits in parts:
+        for seq, cells, n_logits in parts:
             seq.decoded(cells, dt)
-            if has_logits:
-                self._guarded(seq, seq.advance, logits[row])
-                row += 1
+            if n_logits:
+                self._guarded(seq, seq.verify, logits[row:row + n_logits])
+                row += n_logits
             if seq.finished:
                 self._release(seq.slot)
         return True

@@ -27,6 +27,7 @@ from ..sampling.sampler import pre_sampling_probs
 from ..tokenizer import StreamingDetokenizer, Tokenizer
 from .context import Context
 from .prompt import Prompt, rope_position, text_batch
+from .speculative import SpecParams, SpecStats, Speculator
 
 Emit = Callable[[dict], None]
 
@@ -62,6 +63,7 @@ class Request:
     token_mask: TokenMask | None = None
     return_logits: bool = False
     timings_per_token: bool = False  # token events carry the timings so far
+    speculative: SpecParams | None = None  # draft limits; None: the speculator's own
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -136,9 +138,12 @@ class Sequence:
     `decoded` (and `advance` with the logits of its last row) until `finished`."""
 
     def __init__(self, request: Request, tokenizer: Tokenizer, emit: Emit, n_ctx: int,
-                 id: int = 0):
+                 id: int = 0, speculator: Speculator | None = None):
         self.request, self.tokenizer, self.emit, self.n_ctx, self.id = \
             request, tokenizer, emit, n_ctx, id
+        self.speculator = speculator
+        self.draft: list[int] = []  # guesses decoded after next_token, being verified
+        self.spec = SpecStats()
         self.sampler = Sampler(request.params, tokenizer)  # a bad sampler fails here, unqueued
         self.slot: Slot | None = None
         self.cancelled = self.finished = False
@@ -169,18 +174,25 @@ class Sequence:
         self.sampler.prime(self.prompt.text_tokens)  # image cells are not tokens
 
     def rows(self, budget: int):
-        """(batch, cells it fills, whether its last row gives logits) for this step: the token
-        sampled last, or the next prompt chunk of at most `budget` rows (images are encoded on
-        first use; a non-causal image is never cut, so it may overrun the budget)."""
+        """(batch, cells it fills, rows of logits it returns) for this step: the token sampled
+        last and any draft after it (a logits row each), or the next prompt chunk of at most
+        `budget` rows (images are encoded on first use; a non-causal image is never cut, so it
+        may overrun the budget)."""
         slot = self.slot
         if self.generating:
             n = len(slot.tokens)
-            batch = text_batch([self.next_token], n, rope_position(n, slot.shifts), slot.id)
-            return batch, [self.next_token], True
+            self.draft = self._make_draft(budget - 1)
+            if self.draft:
+                slot.ctx.cache.expect_rollback(slot.id)
+            cells = [self.next_token] + self.draft
+            batch = text_batch(cells, n, rope_position(n, slot.shifts), slot.id,
+                               all_logits=True)
+            return batch, cells, len(cells)
         prompt, done = self.prompt, self.n_prompt_done
         stop = prompt.chunk_end(done, min(len(prompt), done + budget))
         last = stop == len(prompt)
-        return prompt.batch(done, stop, slot.id, last_logits=last), prompt.tokens[done:stop], last
+        return (prompt.batch(done, stop, slot.id, last_logits=last), prompt.tokens[done:stop],
+                int(last))
 
     def decoded(self, cells: list[int], seconds: float) -> None:
         self.slot.tokens.extend(cells)
@@ -189,6 +201,29 @@ class Sequence:
         else:
             self.t_prompt += seconds
             self.n_prompt_done += len(cells)
+
+    def verify(self, logits: np.ndarray) -> None:
+        """`advance` row by row (logits [1 + len(draft), n_vocab]) while the sampled token equals
+        the draft's next guess, then trim the cells of the guesses not taken (llama.cpp:
+        common_sampler_sample_and_accept_n, then llama_memory_seq_rm)."""
+        draft, self.draft = self.draft, []
+        stats = [self.spec, self.speculator.stats] if draft else []
+        for s in stats:  # before advance: a "done" event carries them
+            s.drafted(len(draft))
+        n_ok = 0
+        for i, row in enumerate(logits):
+            self.advance(row)
+            if self.finished or i == len(draft) or self.next_token != draft[i]:
+                break
+            n_ok += 1
+            for s in stats:
+                s.accepted(i)
+        if not draft:
+            return
+        keep = len(self.slot.tokens) - (len(draft) - n_ok)
+        del self.slot.tokens[keep:]
+        if self.slot.ctx.cache.trim(self.slot.id, keep) != keep:
+            raise RuntimeError(f"the cache could not roll back to {keep} cells")
 
     def advance(self, logits: np.ndarray) -> None:
         """Sample (or take a forced token), emit its text, and decide whether to go on."""
@@ -237,6 +272,18 @@ class Sequence:
 
     # -- pieces -------------------------------------------------------------------------------
 
+    def _make_draft(self, n_budget: int) -> list[int]:
+        """The speculator's guesses after next_token, within the batch budget, the context
+        (llama.cpp leaves 2 cells) and the tokens still to predict (get_n_draft_max)."""
+        if self.speculator is None or self.forced:
+            return []
+        n_room = min(n_budget, self.n_ctx - len(self.slot.tokens) - 2)
+        if self.request.n_predict >= 0:
+            n_room = min(n_room, self.request.n_predict - self.n_decoded - 1)
+        history = self.slot.tokens + [self.next_token]
+        params = self.request.speculative or self.speculator.params
+        return self.speculator.draft(self.slot.id, history, n_room, params)
+
     def _choose(self, logits: np.ndarray, constrained: bool) -> int:
         if self.forced:
             return self.forced.popleft()
@@ -280,10 +327,13 @@ class Sequence:
         n_prompt = self.n_prompt_done - self.n_cached
         tp, tg = self.t_prompt * 1000, self.t_gen * 1000
         n_gen = max(self.n_decoded - 1, 0)  # the first token came from the prompt's logits
-        return {"cache_n": self.n_cached, "prompt_n": n_prompt, "prompt_ms": tp,
+        out = {"cache_n": self.n_cached, "prompt_n": n_prompt, "prompt_ms": tp,
                 "image_ms": self.t_image * 1000,
                 "prompt_per_token_ms": tp / n_prompt if n_prompt else 0.0,
                 "prompt_per_second": n_prompt * 1000 / tp if tp else 0.0,
                 "predicted_n": self.n_decoded, "predicted_ms": tg,
                 "predicted_per_token_ms": tg / n_gen if n_gen else 0.0,
                 "predicted_per_second": n_gen * 1000 / tg if tg else 0.0}
+        if self.spec.n_draft:  # as llama.cpp's server, only when something was drafted
+            out["draft_n"], out["draft_n_accepted"] = self.spec.n_draft, self.spec.n_accepted
+        return out

@@ -10,6 +10,10 @@ the last token of every segment of two or more tokens (a prompt chunk) and SNAPS
 before it, so a prompt sent again, which re-reads its last token, or one that differs only in its
 last few tokens restores a state near its end. `trim(seq, n_keep)` goes back to the latest
 snapshot at or before n_keep and returns the position it really kept.
+
+A speculative draft being verified (`expect_rollback`) is snapshotted after every row instead, so
+rejected guesses roll back exactly, without decoding the accepted ones again; those snapshots are
+kept apart from the prompt's and live until the next trim.
 """
 
 from __future__ import annotations
@@ -63,11 +67,19 @@ class HybridCache(KVCache):
         self.max_snapshots = max_snapshots
         self.snapshots: list[list[Snapshot]] = [[] for _ in range(n_seq)]  # by position
         self.pending: list[list[Snapshot]] = [[] for _ in range(n_seq)]  # being filled
+        self.rollback = [False] * n_seq  # a draft is being decoded: snapshot every row
+        self.draft_snapshots: list[list[Snapshot]] = [[] for _ in range(n_seq)]
 
     @property
     def nbytes(self) -> int:
         arrays = [a for a in self.k + self.v + self.conv + self.ssm if a is not None]
-        return sum(a.nbytes for a in arrays) + sum(s.nbytes for ss in self.snapshots for s in ss)
+        held = self.snapshots + self.draft_snapshots
+        return sum(a.nbytes for a in arrays) + sum(s.nbytes for ss in held for s in ss)
+
+    def expect_rollback(self, seq: int) -> None:
+        """`seq` now decodes a draft to verify: until the next trim it may go back to any row
+        (the flag outlives one ubatch, should the draft be split across two)."""
+        self.rollback[seq], self.draft_snapshots[seq] = True, []
 
     def check_room(self, seq: int, pos0: int, n: int) -> None:
         super().check_room(seq, pos0, n)
@@ -82,8 +94,11 @@ class HybridCache(KVCache):
         plan = {}
         for s in segments:
             n = s.stop - s.start
-            points = sorted({p for p in (s.pos0 + n - SNAPSHOT_TAIL, s.pos0 + n)
-                             if n >= 2 and p > s.pos0})
+            if self.rollback[s.seq]:
+                points = list(range(s.pos0 + 1, s.pos0 + n + 1))
+            else:
+                points = sorted({p for p in (s.pos0 + n - SNAPSHOT_TAIL, s.pos0 + n)
+                                 if n >= 2 and p > s.pos0})
             plan[s.seq] = self.pending[s.seq] = [Snapshot(p) for p in points]
         return plan
 
@@ -91,17 +106,22 @@ class HybridCache(KVCache):
         super().commit(seq, n_past)
         done = [s for s in self.pending[seq] if s.pos <= n_past]
         self.pending[seq] = []
-        if done:
+        if self.rollback[seq]:
+            self.draft_snapshots[seq] += done
+        elif done:
             keep = [s for s in self.snapshots[seq] if s.pos not in {d.pos for d in done}]
             self.snapshots[seq] = sorted(keep + done, key=lambda s: s.pos)[-self.max_snapshots:]
 
     def trim(self, seq: int, n_keep: int) -> int:
         """Keep at most n_keep positions of `seq`: the recurrent state goes back to the latest
         snapshot at or before n_keep (or to empty). Returns the positions really kept."""
+        drafted, self.draft_snapshots[seq] = self.draft_snapshots[seq], []
+        self.rollback[seq] = False
         if n_keep >= self.n_past[seq]:
             return int(self.n_past[seq])
         usable = [s for s in self.snapshots[seq] if s.pos <= n_keep]
-        self.snapshots[seq], self.pending[seq] = usable, []
+        usable += [s for s in drafted if s.pos == n_keep]  # a draft rolled back exactly
+        self.snapshots[seq], self.pending[seq] = usable[-self.max_snapshots:], []
         if usable:
             self._restore(seq, usable[-1])
             self.n_past[seq] = usable[-1].pos
@@ -113,7 +133,8 @@ class HybridCache(KVCache):
     def clear(self, seq: int | None = None) -> None:
         for s in range(self.n_seq) if seq is None else [seq]:
             self._reset(s)
-            self.snapshots[s], self.pending[s] = [], []
+            self.snapshots[s], self.pending[s], self.draft_snapshots[s] = [], [], []
+            self.rollback[s] = False
         super().clear(seq)
 
     def _restore(self, seq: int, snap: Snapshot) -> None:

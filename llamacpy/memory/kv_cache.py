@@ -70,6 +70,10 @@ class KVCache:
         """Record that `seq` now holds positions 0..n_past-1 (after all layers stored)."""
         self.n_past[seq] = max(self.n_past[seq], n_past)
 
+    def expect_rollback(self, seq: int) -> None:
+        """The next segment of `seq` is a speculative draft that may be trimmed back to any of
+        its rows; trimming KV cells is free, so nothing to prepare (a recurrent state is not)."""
+
     def trim(self, seq: int, n_keep: int) -> int:
         """Forget positions >= n_keep of `seq` (llama_memory_seq_rm from n_keep to the end);
         returns the positions kept (a hybrid cache may keep fewer than asked)."""

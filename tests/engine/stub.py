@@ -41,6 +41,9 @@ class StubCache:
     def commit(self, seq: int, n_past: int) -> None:
         assert n_past == len(self.cells[seq])
 
+    def expect_rollback(self, seq: int) -> None:
+        pass
+
     def trim(self, seq: int, n_keep: int) -> int:
         del self.cells[seq][n_keep:]
         return len(self.cells[seq])

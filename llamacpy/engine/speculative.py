@@ -1,0 +1,140 @@
+"""Speculative decoding (llama.cpp: common/speculative.cpp and the server's draft verification).
+
+A drafter guesses the next few tokens of a sequence; the target model decodes the sampled token
+and the guesses in one batched step, with logits for every row. The sequence then samples row by
+row with its own sampler and keeps a guess only while the token it samples equals it, so every
+token still comes from the target's distribution (speculative sampling with a point-mass draft:
+accept with probability p(d), else the residual, which is p without d, renormalized). The cells
+of rejected guesses are trimmed from the cache (a recurrent state restores a snapshot).
+
+Drafters: `NgramSimple` (--spec-type ngram-simple: the tokens that followed the last n-gram the
+last time it occurred) and `DraftModel` (-md: a small model with the target's vocabulary,
+greedy, stopping below p_min). Any object with `draft(seq, history, n_max)` works.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+# llama.cpp's --spec-type names (common_speculative_type_from_name), and the ones we run
+SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash",
+              "draft-dspark", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
+              "ngram-cache")
+SUPPORTED_TYPES = ("none", "draft-simple", "ngram-simple")
+
+
+class Drafter(Protocol):
+    """Guesses up to n_max tokens to follow `history` (the sequence's cells and its sampled,
+    not yet decoded, token)."""
+
+    n_max: int  # the most it ever drafts (common_speculative_n_max)
+
+    def draft(self, seq: int, history: list[int], n_max: int) -> list[int]: ...
+
+
+@dataclass
+class SpecParams:
+    """Per-request limits (the server's speculative.n_max / n_min / p_min)."""
+
+    n_max: int | None = None  # None: each drafter's own limit
+    n_min: int = 0  # a shorter draft is dropped
+    p_min: float | None = None  # a draft model stops below this probability; None: its own
+
+
+@dataclass
+class SpecStats:
+    """Counters behind timings' draft_n / draft_n_accepted and the server's metrics."""
+
+    n_draft: int = 0
+    n_accepted: int = 0
+    n_steps: int = 0  # verification steps
+    accepted_per_pos: list[int] = field(default_factory=list)
+
+    def drafted(self, n: int) -> None:
+        """A verification step of an n-token draft begins."""
+        self.n_draft += n
+        self.n_steps += 1
+        self.accepted_per_pos += [0] * (n - len(self.accepted_per_pos))
+
+    def accepted(self, i: int) -> None:
+        """The draft's guess at index i was taken."""
+        self.n_accepted += 1
+        self.accepted_per_pos[i] += 1
+
+
+def parse_spec_types(value: str) -> list[str]:
+    """--spec-type a,b: llama.cpp's names; ValueError for an unknown or unsupported one."""
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    for name in names:
+        if name not in SPEC_TYPES:
+            raise ValueError(f"unknown speculative decoding type '{name}' (known: "
+                             f"{', '.join(SPEC_TYPES)})")
+        if name not in SUPPORTED_TYPES:
+            raise ValueError(f"--spec-type {name} is not supported by llamacpy yet "
+                             f"(supported: {', '.join(SUPPORTED_TYPES)})")
+    return names
+
+
+def ngram_simple_draft(tokens: list[int], sampled: int, size_n: int, size_m: int) -> list[int]:
+    """llama.cpp's common_ngram_simple_draft: find the last size_n tokens (ending with
+    `sampled`) earlier in `tokens`, searching backwards, and propose up to size_m tokens that
+    followed them; nothing when there is no match or fewer than size_n would follow."""
+    cur = len(tokens)
+    if cur <= size_n + size_m + 1:
+        return []
+    arr = np.asarray(tokens, np.int64)
+    pattern = np.append(arr[cur - size_n + 1:], sampled)
+    for j in range(cur - size_n - 1, 0, -1):  # position 0 counts as no match, as in llama.cpp
+        if arr[j] == pattern[0] and np.array_equal(arr[j:j + size_n], pattern):
+            n = min(size_m, cur - (j + size_n))
+            return [int(t) for t in arr[j + size_n:j + size_n + n]] if n >= size_n else []
+    return []
+
+
+class NgramSimple:
+    """--spec-type ngram-simple (common_speculative_impl_ngram_simple): n-gram lookup in the
+    sequence's own history; llama.cpp's defaults size_n 12, size_m 48."""
+
+    def __init__(self, size_n: int = 12, size_m: int = 48):
+        if not 1 <= size_n <= 1024 or not 1 <= size_m <= 1024:
+            raise ValueError("ngram sizes must be between 1 and 1024 inclusive")
+        self.size_n, self.size_m, self.n_max = size_n, size_m, size_m
+
+    def draft(self, seq: int, history: list[int], n_max: int) -> list[int]:
+        return ngram_simple_draft(history[:-1], history[-1], self.size_n, self.size_m)[:n_max]
+
+
+class Speculator:
+    """The drafters a context uses, in llama.cpp's order of preference (the n-gram types before
+    a draft model): the first that proposes anything wins, as in common_speculative_draft."""
+
+    def __init__(self, drafters: list[Drafter], params: SpecParams | None = None):
+        self.drafters = drafters
+        self.params = params or SpecParams()
+        self.stats = SpecStats()
+
+    @property
+    def n_max(self) -> int:
+        return max(d.n_max for d in self.drafters)
+
+    @property
+    def types(self) -> list[str]:
+        return [getattr(d, "spec_type", type(d).__name__) for d in self.drafters]
+
+    def draft(self, seq: int, history: list[int], n_room: int, params: SpecParams) -> list[int]:
+        """At most min(params.n_max, n_room) tokens, or none when fewer than params.n_min."""
+        n_max = n_room if params.n_max is None else min(params.n_max, n_room)
+        if n_max <= 0:
+            return []
+        for drafter in self.drafters:
+            if getattr(drafter, "uses_p_min", False):  # a draft model: the request's p_min
+                tokens = drafter.draft(seq, history, n_max, p_min=params.p_min)
+            else:
+                tokens = drafter.draft(seq, history, n_max)
+            tokens = [int(t) for t in tokens][:n_max]
+            if tokens:
+                return tokens if len(tokens) >= max(params.n_min, 1) else []
+        return []
