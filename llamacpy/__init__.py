@@ -6,6 +6,6 @@ import os
 # prompt path (dequantize tile, sgemm, repeat); must be set before numpy loads OpenBLAS.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
-from .llama import Llama, LlamaGrammar  # noqa: E402
+from .llama import Llama, LlamaDraftModel, LlamaGrammar, LlamaPromptLookupDecoding  # noqa: E402
 
 __version__ = "0.1.0"

@@ -10,6 +10,7 @@ code as llama-server's.
 
 from __future__ import annotations
 
+import abc
 import json
 import time
 import uuid
@@ -26,6 +27,7 @@ from .engine.context import Context
 from .engine.prompt import Prompt
 from .engine.scheduler import Scheduler
 from .engine.sequence import Request
+from .engine.speculative import CallableDrafter, Speculator, prompt_lookup_draft
 from .format import open_gguf
 from .chat.tools import ToolCallParser, detect_format, plan_tools, prepare_messages, \
     template_extras
@@ -40,6 +42,43 @@ LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 
 class NotSupportedError(ValueError):
     """A llama-cpp-python argument whose effect llamacpy does not provide (yet)."""
+
+
+class LlamaDraftModel(abc.ABC):
+    """llama_cpp.llama_speculative.LlamaDraftModel: `draft_model(input_ids) -> draft tokens`,
+    called with the sequence's tokens and the token just sampled."""
+
+    @abc.abstractmethod
+    def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
+        raise NotImplementedError
+
+
+class LlamaPromptLookupDecoding(LlamaDraftModel):
+    """llama-cpp-python's prompt-lookup drafts: the tokens that followed the longest earlier
+    match (up to max_ngram_size) of the last tokens, at most num_pred_tokens of them."""
+
+    def __init__(self, max_ngram_size: int = 2, num_pred_tokens: int = 10):
+        self.max_ngram_size, self.num_pred_tokens = max_ngram_size, num_pred_tokens
+
+    find_candidate_pred_tokens = staticmethod(prompt_lookup_draft)
+
+    def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
+        return prompt_lookup_draft(input_ids, self.max_ngram_size, self.num_pred_tokens)
+
+
+def speculator_for(draft_model) -> Speculator | None:
+    """Llama(draft_model=...): a LlamaDraftModel (any callable input_ids -> tokens) or one of
+    the engine's drafters (engine/speculative.py: `draft(seq, history, n_max)`)."""
+    if draft_model is None:
+        return None
+    if hasattr(draft_model, "draft") and hasattr(draft_model, "n_max"):
+        return Speculator([draft_model])
+    if isinstance(draft_model, LlamaPromptLookupDecoding):
+        return Speculator([CallableDrafter(draft_model, draft_model.num_pred_tokens)])
+    if callable(draft_model):
+        return Speculator([CallableDrafter(draft_model)])
+    raise NotSupportedError(f"Llama: draft_model={draft_model!r} is not supported: give a "
+                            f"LlamaDraftModel (input_ids -> draft tokens) or a drafter")
 
 
 class LlamaGrammar:
@@ -97,7 +136,7 @@ DEFAULT_ONLY = {"use_mmap": True, "use_mlock": False, "kv_overrides": None,
                 "yarn_beta_fast": 32.0, "yarn_beta_slow": 1.0, "yarn_orig_ctx": 0,
                 "embedding": False, "flash_attn": False, "swa_full": None, "no_perf": False,
                 "last_n_tokens_size": 64, "lora_base": None, "lora_scale": 1.0,
-                "lora_path": None, "numa": False, "chat_handler": None, "draft_model": None,
+                "lora_path": None, "numa": False, "chat_handler": None,
                 "tokenizer": None, "spm_infill": False, "tfs_z": 1.0, "suffix": None,
                 "logits_processor": None, "stopping_criteria": None,
                 "functions": None, "function_call": None}
@@ -126,8 +165,10 @@ class Llama:
                  n_threads_batch: int | None = None, seed: int = LLAMA_DEFAULT_SEED,
                  vocab_only: bool = False, logits_all: bool = False, verbose: bool = True,
                  chat_format: str | None = None, repack: bool = False, type_k: str = "f16",
-                 type_v: str = "f16", **kwargs: Any):
+                 type_v: str = "f16", draft_model: LlamaDraftModel | None = None,
+                 **kwargs: Any):
         check_arguments("Llama", kwargs)
+        self.draft_model, speculator = draft_model, speculator_for(draft_model)
         if chat_format is not None:
             raise NotSupportedError("Llama: chat_format is not supported by llamacpy: the "
                                     "model's own chat template is used")
@@ -149,7 +190,8 @@ class Llama:
             self._ctx = Context(self._model, n_ctx=self._n_ctx, n_ubatch=min(n_ubatch, n_batch),
                                 type_k=type_k, type_v=type_v, n_threads=n_threads,
                                 n_threads_batch=n_threads_batch)
-            self._scheduler = Scheduler(self._ctx, self._tokenizer, n_batch)
+            self._scheduler = Scheduler(self._ctx, self._tokenizer, n_batch,
+                                        speculator=speculator)
             self._slot = self._scheduler.slots[0]
             # as llama-cpp-python: rows only for logits_all (pages are touched only when written)
             rows = self._n_ctx if logits_all else n_batch

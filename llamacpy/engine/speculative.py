@@ -98,6 +98,8 @@ class NgramSimple:
     """--spec-type ngram-simple (common_speculative_impl_ngram_simple): n-gram lookup in the
     sequence's own history; llama.cpp's defaults size_n 12, size_m 48."""
 
+    spec_type = "ngram-simple"
+
     def __init__(self, size_n: int = 12, size_m: int = 48):
         if not 1 <= size_n <= 1024 or not 1 <= size_m <= 1024:
             raise ValueError("ngram sizes must be between 1 and 1024 inclusive")
@@ -138,3 +140,55 @@ class Speculator:
             if tokens:
                 return tokens if len(tokens) >= max(params.n_min, 1) else []
         return []
+
+
+def prompt_lookup_draft(input_ids: np.ndarray, max_ngram_size: int,
+                        num_pred_tokens: int) -> np.ndarray:
+    """llama-cpp-python's LlamaPromptLookupDecoding.find_candidate_pred_tokens: the longest
+    n-gram (up to max_ngram_size) ending the input, its first earlier occurrence, and up to
+    num_pred_tokens tokens that followed it."""
+    n = input_ids.shape[0]
+    for size in range(min(max_ngram_size, n - 1), 0, -1):
+        windows = np.lib.stride_tricks.sliding_window_view(input_ids, (size,))
+        for idx in np.flatnonzero(np.all(windows == input_ids[-size:], axis=1)):
+            start, end = idx + size, min(idx + size + num_pred_tokens, n)
+            if start < end:
+                return input_ids[start:end]
+    return np.array([], dtype=np.intc)
+
+
+class CallableDrafter:
+    """A llama-cpp-python draft model (LlamaDraftModel: `__call__(input_ids) -> draft`) as a
+    drafter: it sees the sequence's tokens and the sampled one, as in llama_cpp.Llama.generate."""
+
+    def __init__(self, fn, n_max: int = 1 << 16):
+        self.fn, self.n_max = fn, n_max
+
+    def draft(self, seq: int, history: list[int], n_max: int) -> list[int]:
+        return [int(t) for t in self.fn(np.asarray(history, np.intc))][:n_max]
+
+
+@dataclass
+class SpecConfig:
+    """The speculative-decoding flags (common_params_speculative) with llama.cpp's defaults."""
+
+    types: list[str] = field(default_factory=list)  # --spec-type; [] / ["none"]: none
+    draft_model: str | None = None  # -md
+    n_max: int = 3  # --spec-draft-n-max
+    n_min: int = 0  # --spec-draft-n-min
+    p_min: float = 0.0  # --spec-draft-p-min
+    n_ctx_draft: int = 0  # -cd (0: the target's context size)
+    ngram_size_n: int = 12  # --spec-ngram-simple-size-n
+    ngram_size_m: int = 48  # --spec-ngram-simple-size-m
+
+    def resolved_types(self) -> list[str]:
+        """The types to run: a draft model alone means draft-simple, as llama.cpp infers it."""
+        types = [t for t in self.types if t != "none"]
+        if not types and self.draft_model:
+            types = ["draft-simple"]
+        if "draft-simple" in types and not self.draft_model:
+            raise ValueError("--spec-type draft-simple needs a draft model (-md FILE)")
+        if self.draft_model and "draft-simple" not in types:
+            raise ValueError(f"-md is given but --spec-type {','.join(types)} does not use a "
+                             f"draft model (add draft-simple)")
+        return types

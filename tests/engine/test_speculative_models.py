@@ -13,6 +13,7 @@ from llamacpy.engine.prompt import Prompt
 from llamacpy.engine.sequence import Request
 from llamacpy.engine.speculative import NgramSimple, Speculator
 from llamacpy.sampling import SamplingParams
+from llamacpy.tokenizer import Tokenizer
 
 CODE = (Path(__file__).parents[2] / "llamacpy/engine/context.py").read_text()
 CODE = CODE[CODE.index("def ubatch_bounds"):][:900]
@@ -53,3 +54,28 @@ def test_greedy_identical_with_ngram_drafts(model_paths, name, size_n, size_m):
     assert spec == plain
     assert timings["draft_n"] > 0 and timings["draft_n_accepted"] > 0
     assert max(calls[1:]) > 1 and len(calls) < len(plain)  # drafts verified in batched steps
+
+
+def test_draft_model_greedy_identical_and_vocab_checked(model_paths):
+    """-md: SmolLM2 drafting for itself (same vocabulary, so every greedy guess is right
+    unless batched and single-row logits disagree) gives the target's greedy tokens; a draft
+    with another vocabulary is refused as llama.cpp refuses it."""
+    from llamacpy.engine.draft_model import build_speculator
+    from llamacpy.engine.speculative import SpecConfig
+
+    path = str(model_paths["smollm2-135m"])
+    llm = Llama(path, n_ctx=1024, verbose=False)
+    tokens = edit_prompt(llm)
+    plain, _ = greedy(llm, tokens, None, 60)
+    spec = build_speculator(SpecConfig(draft_model=path, n_max=4), llm._tokenizer, 1024, 1)
+    out, timings = greedy(llm, tokens, spec, 60)
+    assert out == plain
+    assert spec.types == ["draft-simple"] and timings["draft_n"] >= 4 * 10
+    assert timings["draft_n_accepted"] >= 0.9 * timings["draft_n"]
+    # p_min above any probability: no drafts at all
+    none = build_speculator(SpecConfig(draft_model=path, p_min=1.01), llm._tokenizer, 1024, 1)
+    out, timings = greedy(llm, tokens, none, 10)
+    assert out == plain[:10] and "draft_n" not in timings
+    qwen = Tokenizer.from_gguf(str(model_paths["qwen2.5-coder-0.5b"]))
+    with pytest.raises(ValueError, match="draft model vocab"):
+        build_speculator(SpecConfig(draft_model=path), qwen, 1024, 1)
