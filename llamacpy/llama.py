@@ -27,7 +27,8 @@ from .engine.context import Context
 from .engine.prompt import Prompt
 from .engine.scheduler import Scheduler
 from .engine.sequence import Request
-from .engine.speculative import CallableDrafter, Speculator, prompt_lookup_draft
+from .engine.draft_model import build_speculator
+from .engine.speculative import CallableDrafter, SpecConfig, Speculator, prompt_lookup_draft
 from .format import open_gguf
 from .chat.tools import ToolCallParser, detect_format, plan_tools, prepare_messages, \
     template_extras
@@ -66,11 +67,15 @@ class LlamaPromptLookupDecoding(LlamaDraftModel):
         return prompt_lookup_draft(input_ids, self.max_ngram_size, self.num_pred_tokens)
 
 
-def speculator_for(draft_model) -> Speculator | None:
-    """Llama(draft_model=...): a LlamaDraftModel (any callable input_ids -> tokens) or one of
-    the engine's drafters (engine/speculative.py: `draft(seq, history, n_max)`)."""
+def speculator_for(draft_model, llm: Llama) -> Speculator | None:
+    """Llama(draft_model=...): a LlamaDraftModel (any callable input_ids -> tokens), one of
+    the engine's drafters (engine/speculative.py: `draft(seq, history, n_max)`), or a
+    SpecConfig (llama-cli's --spec-type / -md flags)."""
     if draft_model is None:
         return None
+    if isinstance(draft_model, SpecConfig):
+        return build_speculator(draft_model, llm._tokenizer, llm._n_ctx, 1, llm.n_threads,
+                                llm.n_threads_batch)
     if hasattr(draft_model, "draft") and hasattr(draft_model, "n_max"):
         return Speculator([draft_model])
     if isinstance(draft_model, LlamaPromptLookupDecoding):
@@ -168,7 +173,7 @@ class Llama:
                  type_v: str = "f16", draft_model: LlamaDraftModel | None = None,
                  **kwargs: Any):
         check_arguments("Llama", kwargs)
-        self.draft_model, speculator = draft_model, speculator_for(draft_model)
+        self.draft_model = draft_model
         if chat_format is not None:
             raise NotSupportedError("Llama: chat_format is not supported by llamacpy: the "
                                     "model's own chat template is used")
@@ -191,7 +196,7 @@ class Llama:
                                 type_k=type_k, type_v=type_v, n_threads=n_threads,
                                 n_threads_batch=n_threads_batch)
             self._scheduler = Scheduler(self._ctx, self._tokenizer, n_batch,
-                                        speculator=speculator)
+                                        speculator=speculator_for(draft_model, self))
             self._slot = self._scheduler.slots[0]
             # as llama-cpp-python: rows only for logits_all (pages are touched only when written)
             rows = self._n_ctx if logits_all else n_batch

@@ -190,6 +190,30 @@ FLAGS = [
       env="LLAMA_ARG_IMAGE_MAX_TOKENS", help="most tokens an image may take"),
     f("--image", dest="image", type=list, tools=("cli",),
       help="image file for the prompt; repeat or comma-separate for several"),
+    # speculative decoding (common_params_speculative; llama.cpp's defaults)
+    f("--spec-type", dest="spec_type", env="LLAMA_ARG_SPEC_TYPE",
+      help="comma-separated speculative decoding types: none, ngram-simple, draft-simple "
+           "(default: none; draft-simple when -md is given)"),
+    f("-md", "--model-draft", "--spec-draft-model", dest="model_draft",
+      env="LLAMA_ARG_SPEC_DRAFT_MODEL", help="draft model for speculative decoding"),
+    f("--spec-draft-n-max", "--draft-max", "--draft", "--draft-n", dest="draft_max", type=int,
+      default=3, env="LLAMA_ARG_SPEC_DRAFT_N_MAX",
+      help="tokens a draft model drafts per step (default: 3)"),
+    f("--spec-draft-n-min", "--draft-min", "--draft-n-min", dest="draft_min", type=int,
+      default=0, env="LLAMA_ARG_SPEC_DRAFT_N_MIN",
+      help="a draft model's shorter drafts are dropped (default: 0)"),
+    f("--spec-draft-p-min", "--draft-p-min", dest="draft_p_min", type=float, default=0.0,
+      env="LLAMA_ARG_SPEC_DRAFT_P_MIN",
+      help="a draft model stops at a token less likely than this (greedy; default: 0.00)"),
+    f("-cd", "--ctx-size-draft", dest="ctx_size_draft", type=int, default=0,
+      help="the draft model's context size (0: the same as -c)"),
+    f("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl",
+      dest="n_gpu_layers_draft", default="auto", env="LLAMA_ARG_N_GPU_LAYERS_DRAFT",
+      help="only 0 or auto: the draft model runs on the CPU"),
+    f("--spec-ngram-simple-size-n", dest="spec_ngram_size_n", type=int, default=12,
+      help="ngram-simple: length of the n-gram looked up (default: 12)"),
+    f("--spec-ngram-simple-size-m", dest="spec_ngram_size_m", type=int, default=48,
+      help="ngram-simple: length of the draft that follows it (default: 48)"),
     # logging
     f("-v", "--verbose", "--log-verbose", dest="verbose", type=SWITCH, default=False,
       help="log everything (debug messages included)"),
@@ -222,8 +246,7 @@ FLAGS = [Flag(fl.names, fl.dest, fl.type, fl.default, fl.env, fl.help,
 NOT_SUPPORTED = {
     **{k: True for k in ("--lora", "--lora-scaled", "--control-vector",
                          "--rope-scaling",
-                         "--rope-scale", "--rope-freq-base", "--rope-freq-scale", "-md",
-                         "--model-draft", "--spec-type", "-ot", "--override-tensor",
+                         "--rope-scale", "--rope-freq-base", "--rope-freq-scale", "-ot", "--override-tensor",
                          "--override-kv", "-lm", "--load-mode", "--numa", "-sm", "--split-mode",
                          "-ts", "--tensor-split", "-mg", "--main-gpu", "--keep",
                          "--audio", "--video", "-mmu", "--mmproj-url", "--prompt-cache",
@@ -381,6 +404,10 @@ def check_cpu_only(args: argparse.Namespace, tool: str) -> None:
     if getattr(args, "mmproj_offload", None):
         print(f"{tool}: warning: no GPU available; --mmproj-offload has no effect, the projector "
               f"runs on the CPU", file=sys.stderr)
+    ngld = str(getattr(args, "n_gpu_layers_draft", "auto"))
+    if ngld not in ("0", "auto"):
+        fail(tool, f"-ngld {ngld} is not supported: no GPU is available and the draft model "
+                   f"runs on the CPU (give 0 or auto)")
     if getattr(args, "hf_repo", None):
         fail(tool, "no model hub is reachable from here; install a model with `llamacpy pull "
                    "NAME` and pass -m NAME")
@@ -483,6 +510,41 @@ def logit_biases(values: list[str]) -> dict[int, float]:
         token = int(value[:digits])
         out[token] = out.get(token, 0.0) + bias
     return out
+
+
+def spec_config(args: argparse.Namespace):
+    """The speculative-decoding flags as a SpecConfig (-md may name a catalogue model), or
+    None when none is asked for (ValueError for an unknown or unsupported --spec-type, a draft
+    type without -md, or a draft flag that nothing would use)."""
+    from ..engine.speculative import SpecConfig, parse_spec_types
+
+    for name in ("spec_ngram_size_n", "spec_ngram_size_m"):
+        if not 1 <= getattr(args, name) <= 1024:
+            raise ValueError("ngram size must be between 1 and 1024 inclusive")
+    if args.draft_max < 0 or args.ctx_size_draft < 0:
+        raise ValueError("--spec-draft-n-max and -cd must not be negative")
+    from ..hub import resolve_model
+
+    draft = str(resolve_model(args.model_draft)) if args.model_draft else None
+    cfg = SpecConfig(types=parse_spec_types(args.spec_type or ""), draft_model=draft, n_max=args.draft_max, n_min=args.draft_min,
+                     p_min=args.draft_p_min, n_ctx_draft=args.ctx_size_draft,
+                     ngram_size_n=args.spec_ngram_size_n, ngram_size_m=args.spec_ngram_size_m)
+    types = cfg.resolved_types()
+    unused = [DRAFT_FLAGS[d] for d in DRAFT_FLAGS if d in getattr(args, "given", ())
+              and ("draft-simple" if d.startswith(("draft", "ctx")) else "ngram-simple")
+              not in types]
+    if unused:
+        raise ValueError(f"{unused[0]} has no effect without "
+                         f"{'-md' if unused[0] in DRAFT_ONLY else '--spec-type ngram-simple'}")
+    return cfg if types else None
+
+
+# flags that only a speculative type uses: given without it, they would do nothing
+DRAFT_FLAGS = {"draft_max": "--spec-draft-n-max", "draft_min": "--spec-draft-n-min",
+               "draft_p_min": "--spec-draft-p-min", "ctx_size_draft": "-cd",
+               "spec_ngram_size_n": "--spec-ngram-simple-size-n",
+               "spec_ngram_size_m": "--spec-ngram-simple-size-m"}
+DRAFT_ONLY = {"--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min", "-cd"}
 
 
 def template_kwargs(args: argparse.Namespace) -> dict:

@@ -20,7 +20,8 @@ from ..engine.warmup import warm_up as engine_warm_up
 from ..hub import default_chat_template, resolve_model
 from ..llama import Llama
 from .args import (LOG_DEBUG, LOG_INFO, cache_types, chat_template_text, csv_values,
-                   grammar_from_args, parse_args, sampling_params, template_kwargs, verbosity)
+                   grammar_from_args, parse_args, sampling_params, spec_config, template_kwargs,
+                   verbosity)
 
 TOOL = "llama-cli"
 
@@ -53,7 +54,7 @@ def llama_kwargs(args) -> dict:
             "n_threads": args.threads if args.threads > 0 else None,
             "n_threads_batch": args.threads_batch if args.threads_batch > 0 else None,
             "type_k": type_k, "type_v": type_v, "repack": bool(args.repack),
-            "verbose": verbosity(args) >= LOG_DEBUG}
+            "verbose": verbosity(args) >= LOG_DEBUG, "draft_model": spec_config(args)}
 
 
 def warm_up(llm: Llama) -> list[tuple[str, float]]:

@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from ..hub import resolve_model
 from ..kernels import apply_threads_here, set_threads
 from .args import (LOG_DEBUG, LOG_INFO, cache_types, chat_template_text, grammar_from_args,
-                   parse_args, sampling_given, sampling_params, template_kwargs, verbosity)
+                   parse_args, sampling_given, sampling_params, spec_config, template_kwargs,
+                   verbosity)
 
 TOOL = "llama-server"
 
@@ -54,7 +55,7 @@ def server_config(args):
         image_max_tokens=args.image_max_tokens, warmup=args.warmup,
         n_threads=args.threads, n_threads_batch=args.threads_batch,
         n_threads_http=args.threads_http, ignore_eos=args.ignore_eos, verbosity=verbosity(args),
-        grammar=grammar, grammar_source=grammar_source)
+        grammar=grammar, grammar_source=grammar_source, speculative=spec_config(args))
 
 
 def log(args, message: str, level: int = LOG_INFO) -> None:

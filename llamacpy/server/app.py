@@ -301,7 +301,7 @@ class Run:
             ignore_eos=c.ignore_eos, n_probs=c.n_probs, post_sampling_probs=c.post_sampling_probs,
             id_slot=c.id_slot, cache_prompt=c.cache_prompt, starts_in_thinking=opens_thinking,
             reasoning_budget=state.cfg.reasoning_budget, think_end_tokens=state.think_end_tokens,
-            timings_per_token=c.timings_per_token, token_mask=mask)
+            timings_per_token=c.timings_per_token, token_mask=mask, speculative=c.speculative)
         self.emit = lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev)
         self.seq: Sequence | None = None
         self.reasoning = ReasoningParser(c.reasoning_format or state.cfg.reasoning_format,

@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..chat.reasoning import FORMATS as REASONING_FORMATS
+from ..engine.speculative import SpecParams
 from ..grammar import Grammar, GrammarError
 from ..sampling import SamplingParams
 from ..sampling.params import NOT_IMPLEMENTED, SAMPLER_ALIASES, SAMPLER_CHARS, UnsupportedSampler
@@ -398,6 +399,10 @@ def completion_fields(limits: Limits) -> dict[str, dict]:
         "t_max_predict_ms": integer(hi=0, doc="<= 0" + NOT_SUPPORTED_NOTE),
         "response_fields": array(string(), "[]" + NOT_SUPPORTED_NOTE, max_items=0),
         "return_progress": boolean("false" + NOT_SUPPORTED_NOTE, only=False),
+        # llama.cpp's per-request draft limits; without speculation no token is drafted
+        "speculative.n_max": integer(0, doc="most tokens drafted per step"),
+        "speculative.n_min": integer(0, doc="shorter drafts are dropped"),
+        "speculative.p_min": number(0.0, 1.0, "a draft model stops below this probability"),
     }
 
 
@@ -572,6 +577,7 @@ class Completion:
     grammar: Grammar | None = None  # grammar, json_schema or response_format, compiled
     grammar_source: str = ""  # as given (a schema as JSON), for generation_settings
     grammar_triggers: list[dict] | None = None  # grammar_lazy: where the grammar starts
+    speculative: SpecParams | None = None  # speculative.n_max / n_min / p_min, when given
 
 
 Tokenize = Callable[[str], list[int]]
@@ -673,6 +679,7 @@ def completion_from(data: dict, base: SamplingParams, default_n_predict: int, ro
     c.timings_per_token = data.get("timings_per_token") is True
     c.reasoning_format = data.get("reasoning_format")
     c.grammar, c.grammar_source = constraint_from(data)
+    c.speculative = speculative_from(data)
     if data.get("grammar_lazy"):
         if c.grammar is None:
             raise RequestError("'grammar_lazy' needs a grammar or a json_schema")
@@ -681,6 +688,19 @@ def completion_from(data: dict, base: SamplingParams, default_n_predict: int, ro
             raise RequestError("Error: no triggers set for lazy grammar!")
         trigger_words(c.grammar_triggers, str)  # refused kinds answer now, before tokenizing
     return c
+
+
+def speculative_from(data: dict) -> SpecParams | None:
+    """speculative.n_max / n_min / p_min, clamped as llama.cpp's params_from_json_cmpl
+    (n_min at most n_max); None when the request sets none."""
+    keys = ("speculative.n_max", "speculative.n_min", "speculative.p_min")
+    if all(data.get(k) is None for k in keys):
+        return None
+    n_max, n_min, p_min = (data.get(k) for k in keys)
+    n_min = n_min or 0
+    if n_max is not None:
+        n_min = min(n_min, n_max)
+    return SpecParams(n_max=n_max, n_min=n_min, p_min=p_min)
 
 
 def trigger_words(triggers: list[dict], token_text: Callable[[int], str]) -> list[str]:

@@ -23,7 +23,9 @@ from ..kernels import apply_threads_here
 from ..vision import ImageError, load_projector
 from ..vision.mtmd import MtmdContext, media_marker
 from ..engine.context import Context
+from ..engine.draft_model import build_speculator
 from ..engine.scheduler import Scheduler
+from ..engine.speculative import SpecConfig
 from .params import NO_IMAGES, Completion, RequestError, base64_decode, load_media, messages_from
 
 
@@ -61,6 +63,7 @@ class ServerConfig:
     verbosity: int = 3  # -lv / -v (verbose: debug logs) / --log-disable (-1: no logs)
     grammar: Grammar | None = None  # --grammar / -j: for requests that bring none of their own
     grammar_source: str = ""
+    speculative: SpecConfig | None = None  # --spec-type / -md: drafts verified in each step
 
 
 class ServerState:
@@ -92,7 +95,10 @@ class ServerState:
         ctx = Context(self.model, n_ctx=n_ctx, n_seq=cfg.n_parallel, n_ubatch=cfg.n_ubatch,
                       type_k=cfg.type_k, type_v=cfg.type_v, n_threads=cfg.n_threads,
                       n_threads_batch=cfg.n_threads_batch)
-        self.engine = Scheduler(ctx, self.tokenizer, cfg.n_batch)
+        speculator = build_speculator(cfg.speculative, self.tokenizer, n_ctx, cfg.n_parallel,
+                                      cfg.n_threads, cfg.n_threads_batch) \
+            if cfg.speculative else None
+        self.engine = Scheduler(ctx, self.tokenizer, cfg.n_batch, speculator=speculator)
         source = template_source(cfg.chat_template or self.gguf.get("tokenizer.chat_template")
                                  or default_chat_template(cfg.model_path) or CHATML_TEMPLATE)
         tok = self.tokenizer
@@ -237,7 +243,20 @@ class ServerState:
         settings["n_predict"] = c.n_predict if c else self.cfg.n_predict
         settings["stop"] = c.stop if c else []
         settings["grammar"] = c.grammar_source if c else self.cfg.grammar_source
+        settings.update(self.speculative_settings(c))
         return settings
+
+    def speculative_settings(self, c: Completion | None = None) -> dict:
+        """llama.cpp's speculative.* entries: the types, and the request's draft limits (the
+        drafters' own where it sets none)."""
+        spec = self.engine.speculator if self.engine else None
+        req = c.speculative if c and c.speculative else None
+        n_max = spec.n_max if spec else 0
+        return {"speculative.types": ",".join(spec.types) if spec else "none",
+                "speculative.n_max": req.n_max if req and req.n_max is not None else n_max,
+                "speculative.n_min": req.n_min if req else 0,
+                "speculative.p_min": req.p_min if req and req.p_min is not None
+                else (self.cfg.speculative.p_min if self.cfg.speculative else 0.0)}
 
     def props(self) -> dict:
         tok = getattr(self, "tokenizer", None)

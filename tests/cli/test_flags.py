@@ -136,6 +136,31 @@ def cli_grammar(source):
     return check
 
 
+def spec(check, where="server"):
+    """The SpecConfig the tool builds (the server's config, llama-cli's Llama(draft_model=))."""
+    def landing(r):
+        cfg = r.cfg.speculative if where == "server" else r.llama["draft_model"]
+        reader = reads("ServerState.load", "build_speculator(cfg.speculative") \
+            if where == "server" else reads(llama_cli.llama_kwargs, '"draft_model": spec_config')
+        return cfg is not None and check(cfg) and reader
+
+    return landing
+
+
+SPEC = {  # dest -> (argv, what the SpecConfig holds)
+    "spec_type": (["--spec-type", "ngram-simple"],
+                  lambda c: c.resolved_types() == ["ngram-simple"]),
+    "model_draft": (["-md", "{model}"], lambda c: c.resolved_types() == ["draft-simple"]),
+    "draft_max": (["-md", "{model}", "--draft-max", "8"], lambda c: c.n_max == 8),
+    "draft_min": (["-md", "{model}", "--spec-draft-n-min", "2"], lambda c: c.n_min == 2),
+    "draft_p_min": (["-md", "{model}", "--draft-p-min", "0.5"], lambda c: c.p_min == 0.5),
+    "ctx_size_draft": (["-md", "{model}", "-cd", "256"], lambda c: c.n_ctx_draft == 256),
+    "spec_ngram_size_n": (["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "4"],
+                          lambda c: c.ngram_size_n == 4),
+    "spec_ngram_size_m": (["--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", "9"],
+                          lambda c: c.ngram_size_m == 9),
+}
+
 SERVER = {
     "model": (["-m", "{model}"], lambda r: r.cfg.model_path == r.paths["model"]),
     "hf_repo": Refused("-hf", "ggml-org/gemma-3-270m-GGUF"),
@@ -191,6 +216,8 @@ SERVER = {
                     and r.uvicorn["log_level"] == "critical"),
     "log_file": (["--log-file", "{log}"], writes_log),
     **{dest: (argv, server_grammar(source)) for dest, (argv, source) in GRAMMAR.items()},
+    **{dest: (argv, spec(check)) for dest, (argv, check) in SPEC.items()},
+    "n_gpu_layers_draft": Refused("-ngld", "99"),
 }
 
 CLI = {
@@ -237,6 +264,8 @@ CLI = {
     "log_disable": (["--log-disable"], lambda r: flags.verbosity(r.args) < 0),
     "log_file": (["--log-file", "{log}"], writes_log),
     **{dest: (argv, cli_grammar(source)) for dest, (argv, source) in GRAMMAR.items()},
+    **{dest: (argv, spec(check, "cli")) for dest, (argv, check) in SPEC.items()},
+    "n_gpu_layers_draft": Refused("-ngld", "99"),
 }
 
 TOOLS = {"server": (SERVER, server, "llama-server"), "cli": (CLI, llama_cli, "llama-cli")}
@@ -345,7 +374,11 @@ def test_sequence_breaker_none_clears_them():
                                   ["--dry-base", "0.5"], ["--repeat-last-n", "-2"],
                                   ["--dry-penalty-last-n", "-5"], ["-rea", "maybe"],
                                   ["-ctk", "q4_0"], ["--samplers", "top_k;bogus"],
-                                  ["--sampling-seq", "kq"]])
+                                  ["--sampling-seq", "kq"], ["--spec-type", "ngram-mod"],
+                                  ["--spec-type", "bogus"], ["--spec-type", "draft-simple"],
+                                  ["--draft-max", "8"], ["--spec-ngram-simple-size-n", "4"],
+                                  ["--spec-type", "ngram-simple",
+                                   "--spec-ngram-simple-size-m", "0"]])
 def test_bad_values_end_the_tool_with_one_line(argv, paths, capsys):
     for module, prog in ((server, "llama-server"), (llama_cli, "llama-cli")):
         assert module.main(["-m", paths["model"], *argv]) != 0
