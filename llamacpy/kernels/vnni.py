@@ -20,6 +20,7 @@ while every token passes over it.
 from __future__ import annotations
 
 import os
+import threading
 
 import llvmlite.binding as llvm
 import numba
@@ -30,7 +31,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..format.constants import GGMLType
-from .dequant import IQ4_NL_GRID, f16_at, k4_scale_min, ld2
+from .dequant import IQ4_NL_GRID, f16_at, k4_scale_min, ld2, st2
 from .matvec import QMAX
 from .threading_layer import NOGIL
 
@@ -161,16 +162,20 @@ def _micro_kernel_factory(with_mins: bool):
             builder.cbranch(builder.icmp_signed("<", b_next, nblk), blk_head, done)
 
             builder.position_at_end(done)
+            first = builder.icmp_signed("==", b0, c(0))
             for g in range(STRIPS):
                 for t in range(TOKENS):
-                    # Y [token][row]: rp floats per token, 16 per strip
-                    at = builder.add(builder.mul(builder.add(builder.mul(tg, c(TOKENS)), c(t)),
-                                                 rp),
-                                     builder.mul(builder.add(builder.mul(sp, c(STRIPS)), c(g)),
-                                                 c(LANES)))
+                    # Y [strip pair][token][2][16] (rp: the padded token count): one micro-kernel's
+                    # 12 vectors are consecutive, so the pass over the tokens streams
+                    token = builder.add(builder.mul(tg, c(TOKENS)), c(t))
+                    at = builder.mul(builder.add(builder.mul(builder.add(builder.mul(sp, rp), token),
+                                                             c(STRIPS)), c(g)), c(LANES))
                     ptr = builder.bitcast(builder.gep(y, [at]), VF.as_pointer())
                     old = builder.load(ptr, align=4)
-                    builder.store(builder.fadd(old, out[g * TOKENS + t]), ptr, align=4)
+                    # the first K chunk stores (Y needs no zeroing), the others add
+                    total = builder.select(first, out[g * TOKENS + t],
+                                           builder.fadd(old, out[g * TOKENS + t]))
+                    builder.store(total, ptr, align=4)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -180,14 +185,18 @@ def _micro_kernel_factory(with_mins: bool):
 
 def _panel_driver(micro):
     @njit(parallel=True, cache=True, nogil=NOGIL)
-    def gemm_panel(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, rp):
-        """Y [n_tok, rp] (flat, zeroed) += the panel's strips x the activations, K in chunks:
-        threads take strip pairs, each passing every token group over its chunk in L1."""
-        for b0 in range(0, nb, kc_blocks):
-            nblk = min(kc_blocks, nb - b0)
-            for sp in prange(n_strips // STRIPS):
-                for tg in range(n_tok // TOKENS):
-                    micro(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, rp)
+    def gemm_panel(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts):
+        """Y [strip pair][n_tok][32] (flat) = the panel's strips x the activations. One parallel
+        region: each of `parts` threads takes a run of strip pairs and walks K in chunks over
+        it, every token group passing over a chunk while it is in L1."""
+        pairs = n_strips // STRIPS
+        for part in prange(parts):
+            lo, hi = pairs * part // parts, pairs * (part + 1) // parts
+            for b0 in range(0, nb, kc_blocks):
+                nblk = min(kc_blocks, nb - b0)
+                for sp in range(lo, hi):
+                    for tg in range(n_tok // TOKENS):
+                        micro(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, n_tok)
     return gemm_panel
 
 
@@ -198,176 +207,172 @@ _gemm_panel_mins = _panel_driver(_micro_kernel_factory(True))
 # ----------------------------------------------------------------------------- activations
 
 
+ROUNDING = np.float32(1.5 * 2 ** 23)  # (v + R) - R rounds |v| < 2^22 to nearest even, as rint
+
+
 @njit(parallel=True, cache=True, nogil=NOGIL)
 def _quantize_activations(X, block, Xq, XS, XSUM):
-    """Xq = round(X / xs), xs = max |X| / QMAX per block of `block`; XSUM the exact float sum of
-    each block (for the min terms). Layouts by groups of 6 tokens: Xq int16 [tg][k pair][6][2],
-    XS / XSUM [tg][block][6]; tokens beyond X's stay zero."""
+    """Xq = round(X / xs), xs = max |X| / QMAX per block of `block`; XSUM = xs * sum(Xq) per
+    block (the min terms then see the same quantized activations as the products). Layouts by groups of 6 tokens: Xq [tg][k pair][6] (int32:
+    one int16 pair each), XS / XSUM [tg][block][6]."""
     n_tok, n = X.shape
     nb, half = n // block, n // 2
-    for t in prange(n_tok):
-        tg, tl = t // TOKENS, t % TOKENS
-        for b in range(nb):
-            amax = np.float32(0)
-            total = np.float32(0)
-            for i in range(block * b, block * b + block):
-                amax = max(amax, abs(X[t, i]))
-                total += X[t, i]
-            inv = QMAX / amax if amax > 0 else np.float32(0)
-            XS[(tg * nb + b) * TOKENS + tl] = amax / QMAX
-            XSUM[(tg * nb + b) * TOKENS + tl] = total
-            for i in range(block * b, block * b + block, 2):
-                at = ((tg * half + i // 2) * TOKENS + tl) * 2
-                Xq[at] = np.int16(np.rint(X[t, i] * inv))
-                Xq[at + 1] = np.int16(np.rint(X[t, i + 1] * inv))
+    for tg in prange((n_tok + TOKENS - 1) // TOKENS):
+        rows = np.zeros((TOKENS, n), np.int16)  # the group's quants in order, then interleaved
+        for tl in range(min(TOKENS, n_tok - TOKENS * tg)):
+            t = TOKENS * tg + tl
+            for b in range(nb):
+                amax = np.float32(0)
+                for i in range(block * b, block * b + block):
+                    a = abs(ld2(X, t, i))
+                    amax = a if a > amax else amax
+                inv = QMAX / amax if amax > 0 else np.float32(0)
+                total = 0  # of the quants: integer sums vectorise, float ones are a serial chain
+                for i in range(block * b, block * b + block):
+                    q = np.int32((ld2(X, t, i) * inv + ROUNDING) - ROUNDING)
+                    rows[tl, i] = np.int16(q)
+                    total += q
+                XS[(tg * nb + b) * TOKENS + tl] = amax / QMAX
+                XSUM[(tg * nb + b) * TOKENS + tl] = np.float32(total) * (amax / QMAX)
+        pairs = rows.view(np.int32)  # [token, k pair]
+        for p in range(half):
+            for tl in range(TOKENS):
+                Xq[(tg * half + p) * TOKENS + tl] = pairs[tl, p]
 
 
 # -------------------------------------------------------------------------- weight unpacking
+# Each decoder writes one row's integers q[lane, :] (int16, in order, so the loops vectorise),
+# its block scales sc[lane, :] and mins mn[lane, :] (w = sc q - mn); `_packer` then interleaves
+# the 16 rows of a strip into the micro-kernel's layout.
 
 
 @njit(inline="always")
-def _put(Wp, half, s, p, lane, q0, q1):
-    """Weights q0, q1 (k = 2p, 2p + 1) of lane `lane` of strip s, as one int32 pair."""
-    at = ((s // STRIPS * half + p) * STRIPS + s % STRIPS) * LANES + lane
-    Wp[at] = np.int32((np.int32(q0) & 0xFFFF) | (np.int32(q1) << 16))
-
-
-@njit(inline="always")
-def _put_scale(A, nb, s, b, lane, v):
-    A[((s // STRIPS * nb + b) * STRIPS + s % STRIPS) * LANES + lane] = v
-
-
-@njit(inline="always")
-def _unpack_q4_k(w, r, Wp, WS, WM, s, lane, half, nb):
+def _ints_q4_k(w, r, q, sc, mn, lane):
     for sb in range(w.shape[1] // 144):
-        o = 144 * sb
+        o, y = 144 * sb, 256 * sb
         d, dmin = f16_at(w, r, o), f16_at(w, r, o + 2)
         for j in range(4):  # 32 bytes: low nibbles are sub-block 2j, high nibbles 2j + 1
             for h in range(2):
-                sc, m = k4_scale_min(w, r, o + 4, 2 * j + h)
-                b = 8 * sb + 2 * j + h
-                _put_scale(WS, nb, s, b, lane, d * sc)
-                _put_scale(WM, nb, s, b, lane, dmin * m)
-                for l in range(16):
-                    v0, v1 = ld2(w, r, o + 16 + 32 * j + 2 * l), ld2(w, r, o + 17 + 32 * j + 2 * l)
-                    sh = 4 * h
-                    _put(Wp, half, s, 16 * b + l, lane, (v0 >> sh) & 15, (v1 >> sh) & 15)
+                s_, m_ = k4_scale_min(w, r, o + 4, 2 * j + h)
+                sc[lane, 8 * sb + 2 * j + h] = d * s_
+                mn[lane, 8 * sb + 2 * j + h] = dmin * m_
+            for l in range(32):
+                v = ld2(w, r, o + 16 + 32 * j + l)
+                q[lane, y + 64 * j + l] = np.int16(v & 15)
+                q[lane, y + 64 * j + 32 + l] = np.int16(v >> 4)
 
 
 @njit(inline="always")
-def _q6(w, r, o, h, quarter, l):
-    """Element 32 quarter + l of half h of the Q6_K block at o, minus 32."""
-    lo = (ld2(w, r, o + 64 * h + 32 * (quarter & 1) + l) >> (4 * (quarter >> 1))) & 15
-    hb = (ld2(w, r, o + 128 + 32 * h + l) >> (2 * quarter)) & 3
-    return np.int32(lo | (hb << 4)) - 32
-
-
-@njit(inline="always")
-def _nibble(w, r, o, e):
-    """Quant e of a 32-quant block whose 16 bytes start at o: low nibbles, then high ones."""
-    return np.int32((ld2(w, r, o + (e & 15)) >> (4 * (e >> 4))) & 15)
-
-
-@njit(inline="always")
-def _unpack_q6_k(w, r, Wp, WS, WM, s, lane, half, nb):
-    # blocks of 16: byte l of ql / qh feeds elements l, l+32, l+64, l+96 of each 128-half
+def _ints_q6_k(w, r, q, sc, mn, lane):
+    # dequantize_row_q6_K: per half, byte l of ql/qh feeds elements l, l+32, l+64, l+96
     for sb in range(w.shape[1] // 210):
-        o = 210 * sb
+        o, y = 210 * sb, 256 * sb
         d = f16_at(w, r, o + 208)
+        for k in range(16):
+            sc[lane, 16 * sb + k] = d * np.float32(np.int8(ld2(w, r, o + 192 + k)))
+            mn[lane, 16 * sb + k] = np.float32(0)
         for h in range(2):
-            for quarter in range(4):
-                for k in range(2):
-                    b = 16 * sb + 8 * h + 2 * quarter + k
-                    sc = np.float32(np.int8(ld2(w, r, o + 192 + 8 * h + 2 * quarter + k)))
-                    _put_scale(WS, nb, s, b, lane, d * sc)
-                    _put_scale(WM, nb, s, b, lane, np.float32(0))
-                    for e in range(8):
-                        l = 16 * k + 2 * e
-                        _put(Wp, half, s, 8 * b + e, lane, _q6(w, r, o, h, quarter, l),
-                             _q6(w, r, o, h, quarter, l + 1))
+            for l in range(32):
+                a, c = ld2(w, r, o + 64 * h + l), ld2(w, r, o + 64 * h + 32 + l)
+                hb = ld2(w, r, o + 128 + 32 * h + l)
+                q[lane, y + 128 * h + l] = np.int16((a & 15) | ((hb & 3) << 4)) - 32
+                q[lane, y + 128 * h + 32 + l] = np.int16((c & 15) | ((hb & 12) << 2)) - 32
+                q[lane, y + 128 * h + 64 + l] = np.int16((a >> 4) | (hb & 48)) - 32
+                q[lane, y + 128 * h + 96 + l] = np.int16((c >> 4) | ((hb & 192) >> 2)) - 32
 
 
 @njit(inline="always")
-def _unpack_q8_0(w, r, Wp, WS, WM, s, lane, half, nb):
+def _ints_q8_0(w, r, q, sc, mn, lane):
     for b in range(w.shape[1] // 34):
         o = 34 * b
-        _put_scale(WS, nb, s, b, lane, f16_at(w, r, o))
-        _put_scale(WM, nb, s, b, lane, np.float32(0))
-        for l in range(16):
-            q0, q1 = np.int8(ld2(w, r, o + 2 + 2 * l)), np.int8(ld2(w, r, o + 3 + 2 * l))
-            _put(Wp, half, s, 16 * b + l, lane, q0, q1)
+        sc[lane, b], mn[lane, b] = f16_at(w, r, o), np.float32(0)
+        for l in range(32):
+            q[lane, 32 * b + l] = np.int16(np.int8(ld2(w, r, o + 2 + l)))
 
 
 @njit(inline="always")
-def _unpack_q5_0(w, r, Wp, WS, WM, s, lane, half, nb):
+def _ints_q5_0(w, r, q, sc, mn, lane):
     for b in range(w.shape[1] // 22):
         o = 22 * b
-        _put_scale(WS, nb, s, b, lane, f16_at(w, r, o))
-        _put_scale(WM, nb, s, b, lane, np.float32(0))
+        sc[lane, b], mn[lane, b] = f16_at(w, r, o), np.float32(0)
         qh = np.uint32(ld2(w, r, o + 2)) | (np.uint32(ld2(w, r, o + 3)) << 8) | \
             (np.uint32(ld2(w, r, o + 4)) << 16) | (np.uint32(ld2(w, r, o + 5)) << 24)
         for l in range(16):
-            e = 2 * l
-            q0 = (_nibble(w, r, o + 6, e) | np.int32(((qh >> e) & 1) << 4)) - 16
-            q1 = (_nibble(w, r, o + 6, e + 1) | np.int32(((qh >> (e + 1)) & 1) << 4)) - 16
-            _put(Wp, half, s, 16 * b + l, lane, q0, q1)
+            v = ld2(w, r, o + 6 + l)
+            q[lane, 32 * b + l] = np.int16((v & 15) | (((qh >> l) & 1) << 4)) - 16
+            q[lane, 32 * b + 16 + l] = np.int16((v >> 4) | (((qh >> (l + 16)) & 1) << 4)) - 16
 
 
 @njit(inline="always")
-def _unpack_q4_0(w, r, Wp, WS, WM, s, lane, half, nb):
+def _ints_q4_0(w, r, q, sc, mn, lane):
     for b in range(w.shape[1] // 18):
         o = 18 * b
-        _put_scale(WS, nb, s, b, lane, f16_at(w, r, o))
-        _put_scale(WM, nb, s, b, lane, np.float32(0))
+        sc[lane, b], mn[lane, b] = f16_at(w, r, o), np.float32(0)
         for l in range(16):
-            _put(Wp, half, s, 16 * b + l, lane, _nibble(w, r, o + 2, 2 * l) - 8,
-                 _nibble(w, r, o + 2, 2 * l + 1) - 8)
+            v = ld2(w, r, o + 2 + l)
+            q[lane, 32 * b + l] = np.int16(v & 15) - 8
+            q[lane, 32 * b + 16 + l] = np.int16(v >> 4) - 8
 
 
 @njit(inline="always")
-def _unpack_q4_1(w, r, Wp, WS, WM, s, lane, half, nb):
+def _ints_q4_1(w, r, q, sc, mn, lane):
     for b in range(w.shape[1] // 20):
         o = 20 * b
-        _put_scale(WS, nb, s, b, lane, f16_at(w, r, o))
-        _put_scale(WM, nb, s, b, lane, -f16_at(w, r, o + 2))  # w = d q + m
+        sc[lane, b], mn[lane, b] = f16_at(w, r, o), -f16_at(w, r, o + 2)  # w = d q + m
         for l in range(16):
-            _put(Wp, half, s, 16 * b + l, lane, _nibble(w, r, o + 4, 2 * l),
-                 _nibble(w, r, o + 4, 2 * l + 1))
+            v = ld2(w, r, o + 4 + l)
+            q[lane, 32 * b + l] = np.int16(v & 15)
+            q[lane, 32 * b + 16 + l] = np.int16(v >> 4)
 
 
 @njit(inline="always")
-def _unpack_iq4_nl(w, r, Wp, WS, WM, s, lane, half, nb):
+def _ints_iq4_nl(w, r, q, sc, mn, lane):
     grid = IQ4_NL_GRID
     for b in range(w.shape[1] // 18):
         o = 18 * b
-        _put_scale(WS, nb, s, b, lane, f16_at(w, r, o))
-        _put_scale(WM, nb, s, b, lane, np.float32(0))
+        sc[lane, b], mn[lane, b] = f16_at(w, r, o), np.float32(0)
         for l in range(16):
-            _put(Wp, half, s, 16 * b + l, lane, np.int32(grid[_nibble(w, r, o + 2, 2 * l)]),
-                 np.int32(grid[_nibble(w, r, o + 2, 2 * l + 1)]))
+            v = ld2(w, r, o + 2 + l)
+            q[lane, 32 * b + l] = np.int16(grid[v & 15])
+            q[lane, 32 * b + 16 + l] = np.int16(grid[v >> 4])
 
 
-def _packer(unpack):
+def _packer(decode):
     @njit(parallel=True, cache=True, nogil=NOGIL)
     def pack(w, r0, rows, Wp, WS, WM, half, nb):
-        """Rows r0 .. r0 + rows of w into the strips of Wp / WS / WM; padding rows stay zero."""
+        """Rows r0 .. r0 + rows of w into the strips of Wp [strip pair][k pair][2][16] and
+        WS / WM [strip pair][block][2][16]; rows past `rows` are zero."""
         for s in prange((rows + LANES - 1) // LANES):
-            for lane in range(LANES):
-                i = LANES * s + lane
-                if i < rows:
-                    unpack(w, r0 + i, Wp, WS, WM, s, lane, half, nb)
+            q = np.empty((LANES, 2 * half), np.int16)
+            sc = np.empty((LANES, nb), np.float32)
+            mn = np.empty((LANES, nb), np.float32)
+            used = min(LANES, rows - LANES * s)
+            for lane in range(used):
+                decode(w, r0 + LANES * s + lane, q, sc, mn, lane)
+            q[used:], sc[used:], mn[used:] = 0, 0, 0
+            pairs = q.view(np.int32)  # [lane, k pair]
+            g, sp = s % STRIPS, s // STRIPS
+            for p in range(half):
+                at = ((sp * half + p) * STRIPS + g) * LANES
+                for lane in range(LANES):
+                    Wp[at + lane] = pairs[lane, p]
+            for b in range(nb):
+                at = ((sp * nb + b) * STRIPS + g) * LANES
+                for lane in range(LANES):
+                    WS[at + lane] = sc[lane, b]
+                    WM[at + lane] = mn[lane, b]
     return pack
 
 
 # block length of the integer weights, whether they carry mins, and their unpacking
 UNPACKERS = {
-    GGMLType.Q4_K: (32, True, _packer(_unpack_q4_k)),
-    GGMLType.Q6_K: (16, False, _packer(_unpack_q6_k)),
-    GGMLType.Q8_0: (32, False, _packer(_unpack_q8_0)),
-    GGMLType.Q5_0: (32, False, _packer(_unpack_q5_0)),
-    GGMLType.Q4_0: (32, False, _packer(_unpack_q4_0)),
-    GGMLType.Q4_1: (32, True, _packer(_unpack_q4_1)),
-    GGMLType.IQ4_NL: (32, False, _packer(_unpack_iq4_nl)),
+    GGMLType.Q4_K: (32, True, _packer(_ints_q4_k)),
+    GGMLType.Q6_K: (16, False, _packer(_ints_q6_k)),
+    GGMLType.Q8_0: (32, False, _packer(_ints_q8_0)),
+    GGMLType.Q5_0: (32, False, _packer(_ints_q5_0)),
+    GGMLType.Q4_0: (32, False, _packer(_ints_q4_0)),
+    GGMLType.Q4_1: (32, True, _packer(_ints_q4_1)),
+    GGMLType.IQ4_NL: (32, False, _packer(_ints_iq4_nl)),
 }
 
 
@@ -391,30 +396,71 @@ def vnni_matmul(w: np.ndarray, ggml_type: GGMLType, X: np.ndarray, out: np.ndarr
     rows = w.shape[0]
     half, nb = n // 2, n // block
     t_pad = -(-n_tok // TOKENS) * TOKENS
-    Xq = np.zeros(t_pad * n, np.int16)
-    XS = np.zeros(t_pad * nb, np.float32)
-    XSUM = np.zeros(t_pad * nb, np.float32)
-    _quantize_activations(X, block, Xq, XS, XSUM)
-    Xq32 = Xq.view(np.int32)
+    Xq32 = _scratch("Xq", t_pad * half, np.int32)
+    XS = _scratch("XS", t_pad * nb, np.float32)
+    XSUM = _scratch("XSUM", t_pad * nb, np.float32)
+    pad = n_tok // TOKENS * TOKENS  # the last token group's padding tokens must be zero
+    Xq32[pad * half:], XS[pad * nb:], XSUM[pad * nb:] = 0, 0, 0
+    _quantize_activations(X, block, Xq32, XS, XSUM)
     strip_rows = STRIPS * LANES
     panel = min(-(-rows // strip_rows) * strip_rows,
                 max(strip_rows, PANEL_BYTES // (2 * n) // strip_rows * strip_rows))
     n_strips = panel // LANES
-    Wp = np.empty(n_strips * half * LANES, np.int32)
-    WS = np.empty(n_strips * nb * LANES, np.float32)
-    WM = np.empty(n_strips * nb * LANES, np.float32)
-    Y = np.empty((t_pad, panel), np.float32)
+    Wp = _scratch("Wp", n_strips * half * LANES, np.int32)
+    WS = _scratch("WS", n_strips * nb * LANES, np.float32)
+    WM = _scratch("WM", n_strips * nb * LANES, np.float32)
+    Y = _scratch("Y", panel * t_pad, np.float32).reshape(panel // strip_rows, t_pad, strip_rows)
     gemm = _gemm_panel_mins if with_mins else _gemm_panel
     kc_blocks = max(1, KC // block)
     for r0 in range(0, rows, panel):
         r1 = min(rows, r0 + panel)
-        strips = -(-(r1 - r0) // strip_rows) * STRIPS
-        if r1 - r0 < panel:  # the last, partial panel: its padding rows must be zero
-            Wp[:] = 0
-            WS[:] = 0
-            WM[:] = 0
+        used = -(-(r1 - r0) // LANES)  # strips holding rows; pack zeroes their padding lanes
+        strips = -(-used // STRIPS) * STRIPS
         pack(w, r0, r1 - r0, Wp, WS, WM, half, nb)
-        Y[:] = 0
+        if used < strips:  # the unused strip of the last pair (interleaved with the used one)
+            _zero_strip(Wp, WS, WM, used, half, nb)
         gemm(Wp, WS, WM, Xq32, XS, XSUM, Y.reshape(-1), strips, t_pad, kc_blocks, block // 2,
-             half, nb, panel)
-        out[:, r0:r1] = Y[:n_tok, : r1 - r0]
+             half, nb, max(1, min(strips // STRIPS, numba.get_num_threads())))
+        _store_panel(Y, out, r0, r1 - r0, n_tok)
+
+
+_SCRATCH = threading.local()  # per thread: engines in several threads each get their own
+
+
+def _scratch(name: str, size: int, dtype) -> np.ndarray:
+    """A reused 1-D buffer of at least `size` (not zeroed): fresh 20 MB arrays per matmul cost
+    their page faults every time."""
+    buf = getattr(_SCRATCH, name, None)
+    if buf is None or buf.size < size:
+        buf = np.empty(size, dtype)
+        setattr(_SCRATCH, name, buf)
+    return buf[:size]
+
+
+@njit(inline="always")
+def ld3(Y, a, b, c):
+    return ld2(Y[a], b, c)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL)
+def _store_panel(Y, out, r0, rows, n_tok):
+    """out[t, r0 + r] = the panel's Y [strip pair][token][32] for its real rows and tokens."""
+    width = STRIPS * LANES
+    for sp in prange((rows + width - 1) // width):
+        base, m = r0 + width * sp, min(width, rows - width * sp)
+        for t in range(n_tok):
+            for j in range(m):
+                st2(out, t, base + j, ld3(Y, sp, t, j))
+
+
+@njit(cache=True)
+def _zero_strip(Wp, WS, WM, s, half, nb):
+    """Strip s (the second of its pair) holds no rows: zero its lanes."""
+    sp, g = s // STRIPS, s % STRIPS
+    for p in range(half):
+        for lane in range(LANES):
+            Wp[((sp * half + p) * STRIPS + g) * LANES + lane] = 0
+    for b in range(nb):
+        for lane in range(LANES):
+            WS[((sp * nb + b) * STRIPS + g) * LANES + lane] = 0
+            WM[((sp * nb + b) * STRIPS + g) * LANES + lane] = 0
