@@ -51,6 +51,9 @@ SMALL_BATCH = 8  # up to this many tokens the multi_* kernels beat dequantize + 
 SMALL_BATCH_BY_TYPE = {GGMLType.Q8_0: 24, GGMLType.Q5_0: 16, GGMLType.IQ4_NL: 16,
                        GGMLType.Q4_K: 16, GGMLType.Q6_K: 12}
 SMALL_BATCH_Q6_K_BYTES = 24
+# With the VNNI prompt kernel the crossovers move (Zen 5, 1 thread, real and synthetic layers)
+SMALL_BATCH_VNNI = {GGMLType.Q4_K: 20, GGMLType.Q6_K: 14, GGMLType.Q8_0: 20, GGMLType.Q5_0: 40,
+                    GGMLType.IQ4_NL: 28, GGMLType.Q4_0: 28, GGMLType.Q4_1: 20}
 
 
 # ------------------------------------------------------------- float rows: the other types
@@ -446,6 +449,13 @@ MULTI_KERNELS = {
 }
 
 
+def small_batch_limit(ggml_type: GGMLType) -> int:
+    """Up to this many tokens a matrix of `ggml_type` takes its multi_* kernel."""
+    if vnni_enabled() and ggml_type in SMALL_BATCH_VNNI:
+        return SMALL_BATCH_VNNI[ggml_type]
+    return SMALL_BATCH_BY_TYPE.get(ggml_type, SMALL_BATCH)
+
+
 def row_chunks(rows: int) -> int:
     """Row chunks for a multi_* kernel's prange: one per thread (numba splits the range evenly),
     each with its own scratch. From Python: numba.get_num_threads() inside a kernel would stop
@@ -467,8 +477,7 @@ def matmul(w_blocks: np.ndarray, ggml_type: int, X: np.ndarray,
         matvec(w_blocks, ggml_type, X[0], out[0])
     elif ggml_type == GGMLType.F32:
         np.matmul(X, w_blocks.view(np.float32).T, out=out)
-    elif X.shape[0] <= SMALL_BATCH_BY_TYPE.get(ggml_type, SMALL_BATCH) and \
-            ggml_type in MULTI_KERNELS:
+    elif X.shape[0] <= small_batch_limit(ggml_type) and ggml_type in MULTI_KERNELS:
         call_kernel(MULTI_KERNELS[ggml_type], weight_view(w_blocks, ggml_type), X, out,
                     row_chunks(rows))
     elif vnni_enabled() and vnni_supports(ggml_type, n):

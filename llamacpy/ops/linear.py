@@ -7,8 +7,8 @@ import numpy as np
 from ..format.constants import GGMLType
 from ..format.reader import GGUFTensor
 from ..kernels.dequant import call_kernel, dequantize_rows, weight_view
-from ..kernels.matmul import (MULTI_KERNELS, SMALL_BATCH, SMALL_BATCH_BY_TYPE,
-                               SMALL_BATCH_Q6_K_BYTES, matmul, multi_q6_k_bytes, row_chunks)
+from ..kernels.matmul import (MULTI_KERNELS, SMALL_BATCH_Q6_K_BYTES, matmul, multi_q6_k_bytes,
+                               row_chunks, small_batch_limit)
 from ..kernels.matvec import MATVEC_KERNELS, matvec
 from ..kernels.repack import REPACKABLE, repack_as_q8_0, repack_q6_k_bytes
 
@@ -41,7 +41,7 @@ class Linear:
         self._weight_view = weight_view(self.weight, self.ggml_type)
         # few-token fast path (the server's batched decode): matmul()'s small-batch kernel
         self._multi = MULTI_KERNELS.get(self.ggml_type)
-        self._multi_max = SMALL_BATCH_BY_TYPE.get(self.ggml_type, SMALL_BATCH)
+        self._multi_max = small_batch_limit(self.ggml_type)
         self._multi_weight = self._weight_view
         if repack_q8_0 and self.ggml_type == GGMLType.Q6_K:
             self._multi, self._multi_weight = multi_q6_k_bytes, repack_q6_k_bytes(self.weight)
