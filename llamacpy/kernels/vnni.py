@@ -183,25 +183,41 @@ def _micro_kernel_factory(with_mins: bool):
     return intrinsic(typer)
 
 
-def _panel_driver(micro):
-    @njit(parallel=True, cache=True, nogil=NOGIL)
-    def gemm_panel(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts):
-        """Y [strip pair][n_tok][32] (flat) = the panel's strips x the activations. One parallel
-        region: each of `parts` threads takes a run of strip pairs and walks K in chunks over
-        it, every token group passing over a chunk while it is in L1."""
-        pairs = n_strips // STRIPS
-        for part in prange(parts):
-            lo, hi = pairs * part // parts, pairs * (part + 1) // parts
-            for b0 in range(0, nb, kc_blocks):
-                nblk = min(kc_blocks, nb - b0)
-                for sp in range(lo, hi):
-                    for tg in range(n_tok // TOKENS):
-                        micro(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, n_tok)
-    return gemm_panel
+_micro = _micro_kernel_factory(False)
+_micro_mins = _micro_kernel_factory(True)
 
 
-_gemm_panel = _panel_driver(_micro_kernel_factory(False))
-_gemm_panel_mins = _panel_driver(_micro_kernel_factory(True))
+@njit(inline="always")
+def _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, mins):
+    """Y [strip pair][n_tok][32] (flat) = the panel's strips x the activations. One parallel
+    region: each of `parts` threads takes a run of strip pairs and walks K in chunks over it,
+    every token group passing over a chunk while it is in L1."""
+    pairs = n_strips // STRIPS
+    for part in prange(parts):
+        lo, hi = pairs * part // parts, pairs * (part + 1) // parts
+        for b0 in range(0, nb, kc_blocks):
+            nblk = min(kc_blocks, nb - b0)
+            for sp in range(lo, hi):
+                for tg in range(n_tok // TOKENS):
+                    if mins:
+                        _micro_mins(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb,
+                                    n_tok)
+                    else:
+                        _micro(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb,
+                               n_tok)
+
+
+# Top-level functions, not closures made by a factory: numba's cache finds these in a new
+# process (a closure compiled again each time: ~2 s and ~30 MB of LLVM memory per kernel).
+@njit(parallel=True, cache=True, nogil=NOGIL)
+def _gemm_panel(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts):
+    _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, False)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL)
+def _gemm_panel_mins(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb,
+                     parts):
+    _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, True)
 
 
 # ----------------------------------------------------------------------------- activations
@@ -242,7 +258,7 @@ def _quantize_activations(X, block, Xq, XS, XSUM):
 
 # -------------------------------------------------------------------------- weight unpacking
 # Each decoder writes one row's integers q[lane, :] (int16, in order, so the loops vectorise),
-# its block scales sc[lane, :] and mins mn[lane, :] (w = sc q - mn); `_packer` then interleaves
+# its block scales sc[lane, :] and mins mn[lane, :] (w = sc q - mn); `_pack` then interleaves
 # the 16 rows of a strip into the micro-kernel's layout.
 
 
@@ -337,42 +353,96 @@ def _ints_iq4_nl(w, r, q, sc, mn, lane):
             q[lane, 32 * b + 16 + l] = np.int16(grid[v >> 4])
 
 
-def _packer(decode):
-    @njit(parallel=True, cache=True, nogil=NOGIL)
-    def pack(w, r0, rows, Wp, WS, WM, half, nb):
-        """Rows r0 .. r0 + rows of w into the strips of Wp [strip pair][k pair][2][16] and
-        WS / WM [strip pair][block][2][16]; rows past `rows` are zero."""
-        for s in prange((rows + LANES - 1) // LANES):
-            q = np.empty((LANES, 2 * half), np.int16)
-            sc = np.empty((LANES, nb), np.float32)
-            mn = np.empty((LANES, nb), np.float32)
-            used = min(LANES, rows - LANES * s)
-            for lane in range(used):
-                decode(w, r0 + LANES * s + lane, q, sc, mn, lane)
-            q[used:], sc[used:], mn[used:] = 0, 0, 0
-            pairs = q.view(np.int32)  # [lane, k pair]
-            g, sp = s % STRIPS, s // STRIPS
-            for p in range(half):
-                at = ((sp * half + p) * STRIPS + g) * LANES
-                for lane in range(LANES):
-                    Wp[at + lane] = pairs[lane, p]
-            for b in range(nb):
-                at = ((sp * nb + b) * STRIPS + g) * LANES
-                for lane in range(LANES):
-                    WS[at + lane] = sc[lane, b]
-                    WM[at + lane] = mn[lane, b]
-    return pack
+KIND_Q4_K, KIND_Q6_K, KIND_Q8_0, KIND_Q5_0, KIND_Q4_0, KIND_Q4_1, KIND_IQ4_NL = range(7)
+
+
+@njit(inline="always")
+def _decode(w, r, q, sc, mn, lane, kind):
+    if kind == KIND_Q4_K:
+        _ints_q4_k(w, r, q, sc, mn, lane)
+    elif kind == KIND_Q6_K:
+        _ints_q6_k(w, r, q, sc, mn, lane)
+    elif kind == KIND_Q8_0:
+        _ints_q8_0(w, r, q, sc, mn, lane)
+    elif kind == KIND_Q5_0:
+        _ints_q5_0(w, r, q, sc, mn, lane)
+    elif kind == KIND_Q4_0:
+        _ints_q4_0(w, r, q, sc, mn, lane)
+    elif kind == KIND_Q4_1:
+        _ints_q4_1(w, r, q, sc, mn, lane)
+    else:
+        _ints_iq4_nl(w, r, q, sc, mn, lane)
+
+
+@njit(inline="always")
+def _pack(w, r0, rows, Wp, WS, WM, half, nb, kind):
+    """Rows r0 .. r0 + rows of w into the strips of Wp [strip pair][k pair][2][16] and
+    WS / WM [strip pair][block][2][16]; rows past `rows` are zero."""
+    for s in prange((rows + LANES - 1) // LANES):
+        q = np.empty((LANES, 2 * half), np.int16)
+        sc = np.empty((LANES, nb), np.float32)
+        mn = np.empty((LANES, nb), np.float32)
+        used = min(LANES, rows - LANES * s)
+        for lane in range(used):
+            _decode(w, r0 + LANES * s + lane, q, sc, mn, lane, kind)
+        q[used:], sc[used:], mn[used:] = 0, 0, 0
+        pairs = q.view(np.int32)  # [lane, k pair]
+        g, sp = s % STRIPS, s // STRIPS
+        for p in range(half):
+            at = ((sp * half + p) * STRIPS + g) * LANES
+            for lane in range(LANES):
+                Wp[at + lane] = pairs[lane, p]
+        for b in range(nb):
+            at = ((sp * nb + b) * STRIPS + g) * LANES
+            for lane in range(LANES):
+                WS[at + lane] = sc[lane, b]
+                WM[at + lane] = mn[lane, b]
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL)
+def pack_q4_k(w, r0, rows, Wp, WS, WM, half, nb):
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, KIND_Q4_K)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL)
+def pack_q6_k(w, r0, rows, Wp, WS, WM, half, nb):
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, KIND_Q6_K)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL)
+def pack_q8_0(w, r0, rows, Wp, WS, WM, half, nb):
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, KIND_Q8_0)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL)
+def pack_q5_0(w, r0, rows, Wp, WS, WM, half, nb):
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, KIND_Q5_0)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL)
+def pack_q4_0(w, r0, rows, Wp, WS, WM, half, nb):
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, KIND_Q4_0)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL)
+def pack_q4_1(w, r0, rows, Wp, WS, WM, half, nb):
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, KIND_Q4_1)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL)
+def pack_iq4_nl(w, r0, rows, Wp, WS, WM, half, nb):
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, KIND_IQ4_NL)
 
 
 # block length of the integer weights, whether they carry mins, and their unpacking
 UNPACKERS = {
-    GGMLType.Q4_K: (32, True, _packer(_ints_q4_k)),
-    GGMLType.Q6_K: (16, False, _packer(_ints_q6_k)),
-    GGMLType.Q8_0: (32, False, _packer(_ints_q8_0)),
-    GGMLType.Q5_0: (32, False, _packer(_ints_q5_0)),
-    GGMLType.Q4_0: (32, False, _packer(_ints_q4_0)),
-    GGMLType.Q4_1: (32, True, _packer(_ints_q4_1)),
-    GGMLType.IQ4_NL: (32, False, _packer(_ints_iq4_nl)),
+    GGMLType.Q4_K: (32, True, pack_q4_k),
+    GGMLType.Q6_K: (16, False, pack_q6_k),
+    GGMLType.Q8_0: (32, False, pack_q8_0),
+    GGMLType.Q5_0: (32, False, pack_q5_0),
+    GGMLType.Q4_0: (32, False, pack_q4_0),
+    GGMLType.Q4_1: (32, True, pack_q4_1),
+    GGMLType.IQ4_NL: (32, False, pack_iq4_nl),
 }
 
 
