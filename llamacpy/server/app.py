@@ -32,7 +32,7 @@ from ..engine.sequence import Request as SequenceRequest
 from ..engine.sequence import Sequence
 from ..grammar import Grammar, GrammarError, LazyGrammarMask, trigger_finder
 from .openapi import document
-from .params import (Completion, Limits, RequestError, completion_from, parse_body,
+from .params import (Completion, Limits, NotSupported, RequestError, completion_from, parse_body,
                      trigger_words, validate)
 from .state import ServerState
 
@@ -170,6 +170,9 @@ async def request_completion(request: Request, route: str) -> tuple[dict, Comple
                                 ignore_eos=state.cfg.ignore_eos)
     if c.grammar is None and state.grammar is not None:  # --grammar / --json-schema
         c.grammar, c.grammar_source = state.grammar, state.cfg.grammar_source
+    if c.speculative is not None and state.cfg.speculative is None:
+        raise NotSupported("speculative.n_max / n_min / p_min need a server started with "
+                           "speculative decoding (--spec-type or -md)")
     return data, c
 
 

@@ -194,6 +194,8 @@ TABLE = [
         grammar='root ::= "a"', grammar_lazy=True, grammar_triggers=[{"type": 0, "token": 10**8}]),
      400, INVALID),
     ("preserved_tokens", "POST", C, cmpl(preserved_tokens=["<think>"]), 400, UNSUPPORTED),
+    ("speculative-without-drafter", "POST", C, cmpl(**{"speculative.n_max": 4}), 400,
+     UNSUPPORTED),
     ("json_schema", "POST", C, cmpl(json_schema={"type": "object"}), 200, None),
     ("json_schema-bad-type", "POST", C, cmpl(json_schema={"type": "nope"}), 400, INVALID),
     ("json_schema-bad-ref", "POST", C, cmpl(json_schema={"$ref": "#/$defs/missing"}), 400,
