@@ -353,29 +353,8 @@ def _ints_iq4_nl(w, r, q, sc, mn, lane):
             q[lane, 32 * b + 16 + l] = np.int16(grid[v >> 4])
 
 
-KIND_Q4_K, KIND_Q6_K, KIND_Q8_0, KIND_Q5_0, KIND_Q4_0, KIND_Q4_1, KIND_IQ4_NL = range(7)
-
-
 @njit(inline="always")
-def _decode(w, r, q, sc, mn, lane, kind):
-    if kind == KIND_Q4_K:
-        _ints_q4_k(w, r, q, sc, mn, lane)
-    elif kind == KIND_Q6_K:
-        _ints_q6_k(w, r, q, sc, mn, lane)
-    elif kind == KIND_Q8_0:
-        _ints_q8_0(w, r, q, sc, mn, lane)
-    elif kind == KIND_Q5_0:
-        _ints_q5_0(w, r, q, sc, mn, lane)
-    elif kind == KIND_Q4_0:
-        _ints_q4_0(w, r, q, sc, mn, lane)
-    elif kind == KIND_Q4_1:
-        _ints_q4_1(w, r, q, sc, mn, lane)
-    else:
-        _ints_iq4_nl(w, r, q, sc, mn, lane)
-
-
-@njit(inline="always")
-def _pack(w, r0, rows, Wp, WS, WM, half, nb, kind):
+def _pack(w, r0, rows, Wp, WS, WM, half, nb, decode):
     """Rows r0 .. r0 + rows of w into the strips of Wp [strip pair][k pair][2][16] and
     WS / WM [strip pair][block][2][16]; rows past `rows` are zero."""
     for s in prange((rows + LANES - 1) // LANES):
@@ -384,7 +363,7 @@ def _pack(w, r0, rows, Wp, WS, WM, half, nb, kind):
         mn = np.empty((LANES, nb), np.float32)
         used = min(LANES, rows - LANES * s)
         for lane in range(used):
-            _decode(w, r0 + LANES * s + lane, q, sc, mn, lane, kind)
+            decode(w, r0 + LANES * s + lane, q, sc, mn, lane)
         q[used:], sc[used:], mn[used:] = 0, 0, 0
         pairs = q.view(np.int32)  # [lane, k pair]
         g, sp = s % STRIPS, s // STRIPS
@@ -401,37 +380,37 @@ def _pack(w, r0, rows, Wp, WS, WM, half, nb, kind):
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
 def pack_q4_k(w, r0, rows, Wp, WS, WM, half, nb):
-    _pack(w, r0, rows, Wp, WS, WM, half, nb, KIND_Q4_K)
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, _ints_q4_k)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
 def pack_q6_k(w, r0, rows, Wp, WS, WM, half, nb):
-    _pack(w, r0, rows, Wp, WS, WM, half, nb, KIND_Q6_K)
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, _ints_q6_k)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
 def pack_q8_0(w, r0, rows, Wp, WS, WM, half, nb):
-    _pack(w, r0, rows, Wp, WS, WM, half, nb, KIND_Q8_0)
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, _ints_q8_0)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
 def pack_q5_0(w, r0, rows, Wp, WS, WM, half, nb):
-    _pack(w, r0, rows, Wp, WS, WM, half, nb, KIND_Q5_0)
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, _ints_q5_0)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
 def pack_q4_0(w, r0, rows, Wp, WS, WM, half, nb):
-    _pack(w, r0, rows, Wp, WS, WM, half, nb, KIND_Q4_0)
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, _ints_q4_0)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
 def pack_q4_1(w, r0, rows, Wp, WS, WM, half, nb):
-    _pack(w, r0, rows, Wp, WS, WM, half, nb, KIND_Q4_1)
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, _ints_q4_1)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
 def pack_iq4_nl(w, r0, rows, Wp, WS, WM, half, nb):
-    _pack(w, r0, rows, Wp, WS, WM, half, nb, KIND_IQ4_NL)
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, _ints_iq4_nl)
 
 
 # block length of the integer weights, whether they carry mins, and their unpacking
