@@ -7,6 +7,10 @@ the driver alternates their rounds: llama.cpp pp, llamacpy pp, llama.cpp tg, lla
 Both sides go through the same high-level call (`Llama.eval`): llama.cpp through
 llama-cpp-python 0.3.36, llamacpy through its compatible class. Prints medians, the ratio
 llamacpy / llama.cpp (higher is better), and each process's peak RSS.
+
+Where the machine sets OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (these VMs do, putting numpy's
+OpenBLAS on its AVX2 kernels), unset both in the command to measure what a user's machine runs:
+`env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/compare_llamacpp.py ...`.
 """
 
 from __future__ import annotations
