@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.reference import llamacpp  # noqa: E402
 from tests.reference.metrics import full_kld, log_softmax  # noqa: E402
-from tests.reference.qwen35_hf import (LLAMA_CPP, build, convert, make_config,  # noqa: E402
+from tests.reference.vocab_data import llama_cpp_source  # noqa: E402
+from tests.reference.qwen35_hf import (build, convert, make_config,  # noqa: E402
                                        mtp_tensors, reference_logits, save_model)
 
 GOLDEN = ROOT / "tests" / "golden" / "qwen35"
@@ -91,7 +92,7 @@ def main() -> None:
 
     info = {"transformers": transformers.__version__, "torch": torch.__version__, "seed": SEED,
             "llama_cpp_python": llama_cpp.__version__,
-            "converter": str(LLAMA_CPP / "convert_hf_to_gguf.py"), "n_tokens": N_TOKENS,
+            "converter": str(llama_cpp_source() / "convert_hf_to_gguf.py"), "n_tokens": N_TOKENS,
             "common_config": COMMON, "models": {}}
     versions = GOLDEN / "versions.json"
     if versions.exists():

@@ -19,8 +19,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3_5ForCausalLM, Qwen3_5TextConfig
+from tests.reference.vocab_data import llama_cpp_source
 
-LLAMA_CPP = Path("/work/ref/llama_cpp_python-0.3.36/vendor/llama.cpp")
 N_TOKENIZER = 320  # byte-level BPE entries; the converter pads a larger vocab_size with [PAD] ids
 
 CORPUS = [
@@ -142,6 +142,7 @@ def save_model(model: torch.nn.Module, model_dir: Path, mtp: dict | None = None)
 def convert(model_dir: Path, out: Path, outtype: str = "f32", mtp: bool = False) -> None:
     """llama.cpp's convert_hf_to_gguf.py against its bundled gguf-py (a model without an MTP
     block needs --no-mtp)."""
+    LLAMA_CPP = llama_cpp_source()
     env = dict(os.environ, PYTHONPATH=f"{LLAMA_CPP / 'gguf-py'}{os.pathsep}{LLAMA_CPP}")
     flags = [] if mtp else ["--no-mtp"]
     subprocess.run([sys.executable, "-c", CONVERT, str(model_dir), "--outtype", outtype,

@@ -71,6 +71,35 @@ def _extract(sdist: Path, dest: Path) -> None:
                     shutil.copyfileobj(src, out)
 
 
+def llama_cpp_source() -> Path:
+    """llama.cpp's source tree from the sdist (convert_hf_to_gguf.py, conversion/, gguf-py/),
+    for the reference converters: /work/ref's unpacked copy where there is one, else extracted
+    into the model cache on first use."""
+    unpacked = Path("/work/ref") / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
+    if (unpacked / "convert_hf_to_gguf.py").is_file():
+        return unpacked
+    target = cache_dir() / f"llamacpy-llama.cpp-{VERSION}"
+    if (target / "convert_hf_to_gguf.py").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="llamacpy-src-", dir=target.parent) as tmp:
+        staging = Path(tmp) / "src"
+        with tarfile.open(_sdist(Path(tmp)), "r:gz") as tar:
+            for member in tar:
+                name = member.name.split("/", 1)[-1]
+                if name.startswith("vendor/llama.cpp/") and member.isfile():
+                    rel = name[len("vendor/llama.cpp/"):]
+                    if rel == "convert_hf_to_gguf.py" or rel.startswith(("conversion/",
+                                                                         "gguf-py/")):
+                        (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+                        with tar.extractfile(member) as src, open(staging / rel, "wb") as out:
+                            shutil.copyfileobj(src, out)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    return target
+
+
 def template_path(name: str) -> Path:
     """llama.cpp's copy of a model's chat template (models/templates/NAME.jinja), extracted from
     the sdist into the model cache on first use."""

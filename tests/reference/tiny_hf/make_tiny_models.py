@@ -48,10 +48,10 @@ from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.llama import modeling_llama
 from transformers.models.qwen2 import modeling_qwen2
 from transformers.models.qwen3 import modeling_qwen3
+from tests.reference.vocab_data import llama_cpp_source  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 GOLDEN = ROOT / "tests" / "golden" / "tiny_hf"
-LLAMA_CPP = Path("/work/ref/llama_cpp_python-0.3.36/vendor/llama.cpp")
 N_VOCAB = 320  # 256 byte symbols + 1 special token + 63 merges
 N_TOKENS = 32
 SEED = 1234
@@ -178,6 +178,7 @@ def reference_logits(model: torch.nn.Module, tokens: np.ndarray) -> np.ndarray:
 
 
 def convert(model_dir: Path, out: Path) -> None:
+    LLAMA_CPP = llama_cpp_source()
     env = dict(os.environ, PYTHONPATH=f"{LLAMA_CPP / 'gguf-py'}{os.pathsep}{LLAMA_CPP}")
     subprocess.run([sys.executable, "-c", CONVERT, str(model_dir), "--outtype", "f32",
                     "--outfile", str(out)], check=True, env=env, cwd=LLAMA_CPP)
@@ -211,7 +212,7 @@ def main() -> None:
     names = sys.argv[1:] or list(SPECS)
     info = {"transformers": transformers.__version__, "torch": torch.__version__,
             "tokenizers": tokenizers.__version__, "seed": SEED,
-            "converter": str(LLAMA_CPP / "convert_hf_to_gguf.py"), "n_tokens": N_TOKENS,
+            "converter": str(llama_cpp_source() / "convert_hf_to_gguf.py"), "n_tokens": N_TOKENS,
             "common_config": COMMON, "models": {}}
     versions = GOLDEN / "versions.json"
     if versions.exists():

@@ -262,7 +262,7 @@ def main() -> None:
         (GOLDEN / "images" / img_name).write_bytes(data)
     info = {"transformers": transformers.__version__, "torch": torch.__version__,
             "llama_cpp_python": __import__("llama_cpp").__version__, "seed": tv.SEED,
-            "converter": str(tv.LLAMA_CPP / "convert_hf_to_gguf.py"), "models": {}}
+            "converter": str(tv.llama_cpp_source() / "convert_hf_to_gguf.py"), "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for name in SPECS:
             info["models"][name] = make(name, Path(tmp), images)

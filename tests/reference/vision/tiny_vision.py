@@ -23,7 +23,8 @@ from transformers import (
     Qwen3VLForConditionalGeneration,
 )
 
-LLAMA_CPP = Path("/work/ref/llama_cpp_python-0.3.36/vendor/llama.cpp")
+from tests.reference.vocab_data import llama_cpp_source
+
 SEED = 1234
 # distinct per channel, so a channel mix-up shows
 IMAGE_MEAN = [0.48145466, 0.4578275, 0.40821073]
@@ -144,6 +145,7 @@ def save(model: torch.nn.Module, folder: Path, **preprocessor) -> None:
 
 def convert_mmproj(model_dir: Path, out: Path, outtype: str) -> None:
     """llama.cpp's convert_hf_to_gguf.py --mmproj, run against its bundled gguf-py."""
+    LLAMA_CPP = llama_cpp_source()
     env = dict(os.environ, PYTHONPATH=f"{LLAMA_CPP / 'gguf-py'}{os.pathsep}{LLAMA_CPP}")
     subprocess.run([sys.executable, "-c", CONVERT, str(model_dir), "--mmproj", "--outtype",
                     outtype, "--outfile", str(out)], check=True, env=env, cwd=LLAMA_CPP,
