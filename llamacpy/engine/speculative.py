@@ -87,8 +87,11 @@ def ngram_simple_draft(tokens: list[int], sampled: int, size_n: int, size_m: int
         return []
     arr = np.asarray(tokens, np.int64)
     pattern = np.append(arr[cur - size_n + 1:], sampled)
-    for j in range(cur - size_n - 1, 0, -1):  # position 0 counts as no match, as in llama.cpp
-        if arr[j] == pattern[0] and np.array_equal(arr[j:j + size_n], pattern):
+    # candidates j = cur - size_n - 1 down to 1 (position 0 counts as no match, as in
+    # llama.cpp), found in one numpy pass over the history instead of a Python loop per step
+    starts = np.flatnonzero(arr[1:cur - size_n] == pattern[0]) + 1
+    for j in starts[::-1]:
+        if np.array_equal(arr[j:j + size_n], pattern):
             n = min(size_m, cur - (j + size_n))
             return [int(t) for t in arr[j + size_n:j + size_n + n]] if n >= size_n else []
     return []

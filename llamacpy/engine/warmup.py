@@ -48,7 +48,7 @@ from ..kernels.matmul import (SMALL_BATCH, SMALL_BATCH_BY_TYPE, SMALL_BATCH_Q6_K
                               SMALL_BATCH_VNNI)
 from ..memory.batch import Batch
 
-# longer than every few-token limit, so every type takes its prompt path (VNNI or dequantize + BLAS)
+# longer than every few-token limit: every type takes its prompt path (VNNI or dequantize + BLAS)
 PROMPT_TOKENS = max(SMALL_BATCH, SMALL_BATCH_Q6_K_BYTES, BLAS_MIN_TOKENS,
                     *SMALL_BATCH_BY_TYPE.values(), *SMALL_BATCH_VNNI.values()) + 8
 FEW_TOKENS = 4  # within every type's few-token limit (the kernels take any count 2..limit)

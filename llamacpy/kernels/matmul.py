@@ -1,8 +1,8 @@
 """Prompt-time kernels: Y[n_tokens, rows] = X[n_tokens, n] @ W[rows, n]^T, W read in place.
 
 Large batches of the integer types on a CPU with AVX-512 VNNI go to kernels/vnni.py (int16
-products with vpdpwssd, ~2x the multiply-adds of fp32). Other large batches dequantize a tile
-of rows into a float32 scratch buffer (the numba decoders of
+products with vpdpwssd: twice the multiply-adds per instruction of fp32). Other large batches
+dequantize a tile of rows into a float32 scratch buffer (the numba decoders of
 kernels/dequant.py, parallel over rows) and hand it to BLAS sgemm, tile by tile so the scratch
 stays modest (llama.cpp's CPU backend instead converts X to the weight's vec_dot type; BLAS on
 float32 is what numpy does best). Small batches (up to `SMALL_BATCH` tokens: the server's batched
@@ -480,7 +480,7 @@ def matmul(w_blocks: np.ndarray, ggml_type: int, X: np.ndarray,
     elif X.shape[0] <= small_batch_limit(ggml_type) and ggml_type in MULTI_KERNELS:
         call_kernel(MULTI_KERNELS[ggml_type], weight_view(w_blocks, ggml_type), X, out,
                     row_chunks(rows))
-    elif vnni_enabled() and vnni_supports(ggml_type, n):
+    elif vnni_enabled() and vnni_supports(ggml_type):
         vnni_matmul(w_blocks, ggml_type, X, out)
     else:
         _tiled(w_blocks, ggml_type, X, out)

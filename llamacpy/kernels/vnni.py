@@ -6,15 +6,17 @@ where each weight block is small integers q with a float scale ws (and for Q4_K 
 wm), exactly as the GGUF stores it, and the activations are quantized per block to int16
 (`QMAX`, as the decode kernels do: relative error ~1.5e-5 of the block's largest value). One
 vpdpwssd multiplies 32 int16 pairs (16 rows x 2 k) and adds them to int32 lanes, twice the
-multiply-adds of an fp32 FMA, and the products are exact: on a Zen 5 core this runs at ~2x
-OpenBLAS's AVX-512 sgemm on the dequantized rows (the path everywhere else, kernels/matmul.py).
+multiply-adds of an fp32 FMA, and the products are exact: on a Zen 5 core whole layers run
+1.3-1.5x faster than OpenBLAS's AVX-512 sgemm on the dequantized rows (the path everywhere
+else, kernels/matmul.py).
 
-Layout (BLIS-like): a panel of rows is unpacked once into int16 pairs, 16 rows per strip,
-[strip][k pair][16 lanes] (`_pack_*`); the activations into int16 [token][k]. The micro-kernel
-(`_micro_kernel`, LLVM IR written here) holds 2 strips x 6 tokens of int32 accumulators and their
-float sums in 24 zmm registers; per block it converts the int sums and applies both scales. K is
-walked in chunks of `KC` so that a strip pair's chunk stays in L1 and the activations' chunk in L2
-while every token passes over it.
+Layout (BLIS-like): a panel of rows is unpacked once into int16 pairs, two strips of 16 rows
+interleaved per strip pair, [strip pair][k pair][2][16 lanes] (`pack_*`); the activations into
+[token group of 6][k pair][6] (`_quantize_activations`). The micro-kernel (`_micro_kernel_factory`,
+LLVM IR written here) holds 2 strips x 6 tokens of int32 accumulators and their float sums in 24
+zmm registers; per block it converts the int sums and applies both scales. K is walked in chunks
+of `KC` so that a strip pair's chunk stays in L1 and the activations' chunk in L2 while every
+token group passes over it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from numba.extending import intrinsic
 from ..format.constants import GGMLType
 from .dequant import IQ4_NL_GRID, f16_at, k4_scale_min, ld2, st2
 from .matvec import QMAX
+from .simd import load_u32
 from .threading_layer import NOGIL
 
 _FEATURES = llvm.get_host_cpu_features()
@@ -72,8 +75,9 @@ def _phis(builder, pred, initial):
 
 def _micro_kernel_factory(with_mins: bool):
     """The intrinsic micro(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, rp):
-    Y[6 tg + t, 32 sp + lane] += the sum over blocks b0 .. b0 + nblk of strip pair sp with token
-    group tg (1-D arrays in the layouts of `vnni_matmul`). The k loop walks one pointer into the
+    Y[sp, 6 tg + t, 16 g + lane] (Y [strip pair][rp tokens][32], flat) gets the sum over blocks
+    b0 .. b0 + nblk of strip pair sp with token group tg: stored for the first K chunk (b0 = 0),
+    added for the others. The k loop walks one pointer into the
     strip pair's weights and one into the token group's activations."""
 
     def typer(typingctx, Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, rp):
@@ -136,9 +140,14 @@ def _micro_kernel_factory(with_mins: bool):
             builder.position_at_end(blk_end)
             so = builder.add(s_ptr, builder.mul(bi, c(STRIPS * LANES)))
             xo = builder.add(xs_ptr, builder.mul(bi, c(TOKENS)))
-            vload = lambda base, off: builder.load(builder.bitcast(  # noqa: E731
-                builder.gep(base, [builder.add(so, c(off))]), VF.as_pointer()), align=4)
-            sload = lambda base, t: builder.load(builder.gep(base, [builder.add(xo, c(t))]))  # noqa: E731,E501
+
+            def vload(base, off):  # 16 floats of WS / WM at the block's strip-pair offset
+                ptr = builder.gep(base, [builder.add(so, c(off))])
+                return builder.load(builder.bitcast(ptr, VF.as_pointer()), align=4)
+
+            def sload(base, t):  # one float of XS / XSUM for token t of the group
+                return builder.load(builder.gep(base, [builder.add(xo, c(t))]))
+
             wsg = [vload(ws, LANES * g) for g in range(STRIPS)]
             xst = [_splat(builder, sload(xs, t), VF) for t in range(TOKENS)]
             if with_mins:
@@ -168,8 +177,8 @@ def _micro_kernel_factory(with_mins: bool):
                     # Y [strip pair][token][2][16] (rp: the padded token count): one micro-kernel's
                     # 12 vectors are consecutive, so the pass over the tokens streams
                     token = builder.add(builder.mul(tg, c(TOKENS)), c(t))
-                    at = builder.mul(builder.add(builder.mul(builder.add(builder.mul(sp, rp), token),
-                                                             c(STRIPS)), c(g)), c(LANES))
+                    row = builder.add(builder.mul(sp, rp), token)
+                    at = builder.mul(builder.add(builder.mul(row, c(STRIPS)), c(g)), c(LANES))
                     ptr = builder.bitcast(builder.gep(y, [at]), VF.as_pointer())
                     old = builder.load(ptr, align=4)
                     # the first K chunk stores (Y needs no zeroing), the others add
@@ -229,13 +238,19 @@ ROUNDING = np.float32(1.5 * 2 ** 23)  # (v + R) - R rounds |v| < 2^22 to nearest
 @njit(parallel=True, cache=True, nogil=NOGIL)
 def _quantize_activations(X, block, Xq, XS, XSUM):
     """Xq = round(X / xs), xs = max |X| / QMAX per block of `block`; XSUM = xs * sum(Xq) per
-    block (the min terms then see the same quantized activations as the products). Layouts by groups of 6 tokens: Xq [tg][k pair][6] (int32:
-    one int16 pair each), XS / XSUM [tg][block][6]."""
+    block (the min terms then see the same quantized activations as the products). Layouts by
+    groups of 6 tokens: Xq [tg][k pair][6] (int32: one int16 pair each), XS / XSUM
+    [tg][block][6]; the last group's padding tokens are all zero."""
     n_tok, n = X.shape
     nb, half = n // block, n // 2
     for tg in prange((n_tok + TOKENS - 1) // TOKENS):
         rows = np.zeros((TOKENS, n), np.int16)  # the group's quants in order, then interleaved
-        for tl in range(min(TOKENS, n_tok - TOKENS * tg)):
+        real = min(TOKENS, n_tok - TOKENS * tg)
+        for tl in range(real, TOKENS):
+            for b in range(nb):
+                XS[(tg * nb + b) * TOKENS + tl] = 0
+                XSUM[(tg * nb + b) * TOKENS + tl] = 0
+        for tl in range(real):
             t = TOKENS * tg + tl
             for b in range(nb):
                 amax = np.float32(0)
@@ -311,8 +326,7 @@ def _ints_q5_0(w, r, q, sc, mn, lane):
     for b in range(w.shape[1] // 22):
         o = 22 * b
         sc[lane, b], mn[lane, b] = f16_at(w, r, o), np.float32(0)
-        qh = np.uint32(ld2(w, r, o + 2)) | (np.uint32(ld2(w, r, o + 3)) << 8) | \
-            (np.uint32(ld2(w, r, o + 4)) << 16) | (np.uint32(ld2(w, r, o + 5)) << 24)
+        qh = load_u32(w, r, o + 2)
         for l in range(16):
             v = ld2(w, r, o + 6 + l)
             q[lane, 32 * b + l] = np.int16((v & 15) | (((qh >> l) & 1) << 4)) - 16
@@ -356,12 +370,13 @@ def _ints_iq4_nl(w, r, q, sc, mn, lane):
 @njit(inline="always")
 def _pack(w, r0, rows, Wp, WS, WM, half, nb, decode):
     """Rows r0 .. r0 + rows of w into the strips of Wp [strip pair][k pair][2][16] and
-    WS / WM [strip pair][block][2][16]; rows past `rows` are zero."""
-    for s in prange((rows + LANES - 1) // LANES):
+    WS / WM [strip pair][block][2][16], every strip of the pairs they fill; lanes past `rows`
+    are zero."""
+    for s in prange(-(-rows // (STRIPS * LANES)) * STRIPS):
         q = np.empty((LANES, 2 * half), np.int16)
         sc = np.empty((LANES, nb), np.float32)
         mn = np.empty((LANES, nb), np.float32)
-        used = min(LANES, rows - LANES * s)
+        used = max(0, min(LANES, rows - LANES * s))
         for lane in range(used):
             decode(w, r0 + LANES * s + lane, q, sc, mn, lane)
         q[used:], sc[used:], mn[used:] = 0, 0, 0
@@ -432,10 +447,10 @@ def vnni_enabled() -> bool:
     return ENABLED
 
 
-def vnni_supports(ggml_type: GGMLType, n: int) -> bool:
-    """Whether rows of `n` weights of `ggml_type` go through the VNNI kernel."""
-    entry = UNPACKERS.get(ggml_type)
-    return entry is not None and n % 32 == 0
+def vnni_supports(ggml_type: GGMLType) -> bool:
+    """Whether matrices of `ggml_type` go through the VNNI kernel (their rows are whole blocks
+    of 32 or 256, so always whole int16 pairs)."""
+    return ggml_type in UNPACKERS
 
 
 def vnni_matmul(w: np.ndarray, ggml_type: GGMLType, X: np.ndarray, out: np.ndarray) -> None:
@@ -448,8 +463,6 @@ def vnni_matmul(w: np.ndarray, ggml_type: GGMLType, X: np.ndarray, out: np.ndarr
     Xq32 = _scratch("Xq", t_pad * half, np.int32)
     XS = _scratch("XS", t_pad * nb, np.float32)
     XSUM = _scratch("XSUM", t_pad * nb, np.float32)
-    pad = n_tok // TOKENS * TOKENS  # the last token group's padding tokens must be zero
-    Xq32[pad * half:], XS[pad * nb:], XSUM[pad * nb:] = 0, 0, 0
     _quantize_activations(X, block, Xq32, XS, XSUM)
     strip_rows = STRIPS * LANES
     panel = min(-(-rows // strip_rows) * strip_rows,
@@ -463,11 +476,8 @@ def vnni_matmul(w: np.ndarray, ggml_type: GGMLType, X: np.ndarray, out: np.ndarr
     kc_blocks = max(1, KC // block)
     for r0 in range(0, rows, panel):
         r1 = min(rows, r0 + panel)
-        used = -(-(r1 - r0) // LANES)  # strips holding rows; pack zeroes their padding lanes
-        strips = -(-used // STRIPS) * STRIPS
+        strips = -(-(r1 - r0) // strip_rows) * STRIPS
         pack(w, r0, r1 - r0, Wp, WS, WM, half, nb)
-        if used < strips:  # the unused strip of the last pair (interleaved with the used one)
-            _zero_strip(Wp, WS, WM, used, half, nb)
         gemm(Wp, WS, WM, Xq32, XS, XSUM, Y.reshape(-1), strips, t_pad, kc_blocks, block // 2,
              half, nb, max(1, min(strips // STRIPS, numba.get_num_threads())))
         _store_panel(Y, out, r0, r1 - r0, n_tok)
@@ -486,11 +496,6 @@ def _scratch(name: str, size: int, dtype) -> np.ndarray:
     return buf[:size]
 
 
-@njit(inline="always")
-def ld3(Y, a, b, c):
-    return ld2(Y[a], b, c)
-
-
 @njit(parallel=True, cache=True, nogil=NOGIL)
 def _store_panel(Y, out, r0, rows, n_tok):
     """out[t, r0 + r] = the panel's Y [strip pair][token][32] for its real rows and tokens."""
@@ -499,17 +504,4 @@ def _store_panel(Y, out, r0, rows, n_tok):
         base, m = r0 + width * sp, min(width, rows - width * sp)
         for t in range(n_tok):
             for j in range(m):
-                st2(out, t, base + j, ld3(Y, sp, t, j))
-
-
-@njit(cache=True)
-def _zero_strip(Wp, WS, WM, s, half, nb):
-    """Strip s (the second of its pair) holds no rows: zero its lanes."""
-    sp, g = s // STRIPS, s % STRIPS
-    for p in range(half):
-        for lane in range(LANES):
-            Wp[((sp * half + p) * STRIPS + g) * LANES + lane] = 0
-    for b in range(nb):
-        for lane in range(LANES):
-            WS[((sp * nb + b) * STRIPS + g) * LANES + lane] = 0
-            WM[((sp * nb + b) * STRIPS + g) * LANES + lane] = 0
+                st2(out, t, base + j, ld2(Y[sp], t, j))

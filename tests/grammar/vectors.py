@@ -20,17 +20,13 @@ adjacent literals concatenated, `+` joins) and the call arguments around them.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import tarfile
-import tempfile
 from functools import cache
 from pathlib import Path
 from typing import NamedTuple
 
 from llamacpy.hub.catalog import cache_dir
-from tests.reference.vocab_data import VERSION, _sdist
+from tests.reference.vocab_data import VERSION, llama_cpp_files
 
 MEMBERS = (
     "grammars/",
@@ -39,7 +35,6 @@ MEMBERS = (
     "tests/test-grammar-llguidance.cpp",
     "tests/test-json-schema-to-grammar.cpp",
 )
-_ROOT = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/"
 
 
 class GbnfCase(NamedTuple):
@@ -70,23 +65,7 @@ class SchemaConversion(NamedTuple):
 
 def source_dir() -> Path:
     """A folder holding llama.cpp's grammars/ and tests/test-*grammar*.cpp (made on first use)."""
-    target = cache_dir() / f"llamacpy-grammar-{VERSION}"
-    if (target / MEMBERS[1]).is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="llamacpy-grammar-", dir=target.parent) as tmp:
-        staging = Path(tmp) / "src"
-        with tarfile.open(_sdist(Path(tmp)), "r:gz") as tar:
-            for member in tar:
-                name = member.name[len(_ROOT):]
-                if member.name.startswith(_ROOT) and member.isfile() and name.startswith(MEMBERS):
-                    (staging / name).parent.mkdir(parents=True, exist_ok=True)
-                    with tar.extractfile(member) as src, open(staging / name, "wb") as out:
-                        shutil.copyfileobj(src, out)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    return target
+    return llama_cpp_files(cache_dir() / f"llamacpy-grammar-{VERSION}", MEMBERS)
 
 
 # ---- a lexer for the C++ test sources: literals, names, punctuation --------------------------

@@ -71,33 +71,37 @@ def _extract(sdist: Path, dest: Path) -> None:
                     shutil.copyfileobj(src, out)
 
 
-def llama_cpp_source() -> Path:
-    """llama.cpp's source tree from the sdist (convert_hf_to_gguf.py, conversion/, gguf-py/),
-    for the reference converters: /work/ref's unpacked copy where there is one, else extracted
-    into the model cache on first use."""
-    unpacked = Path("/work/ref") / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
-    if (unpacked / "convert_hf_to_gguf.py").is_file():
-        return unpacked
-    target = cache_dir() / f"llamacpy-llama.cpp-{VERSION}"
-    if (target / "convert_hf_to_gguf.py").is_file():
+def llama_cpp_files(target: Path, members: tuple[str, ...]) -> Path:
+    """`target`, holding the files of the sdist's vendor/llama.cpp/ whose paths there start
+    with one of `members`: extracted on first use (into a staging folder, then renamed)."""
+    if (target / members[0]).exists():
         return target
+    root = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/"
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="llamacpy-src-", dir=target.parent) as tmp:
         staging = Path(tmp) / "src"
         with tarfile.open(_sdist(Path(tmp)), "r:gz") as tar:
             for member in tar:
-                name = member.name.split("/", 1)[-1]
-                if name.startswith("vendor/llama.cpp/") and member.isfile():
-                    rel = name[len("vendor/llama.cpp/"):]
-                    if rel == "convert_hf_to_gguf.py" or rel.startswith(("conversion/",
-                                                                         "gguf-py/")):
-                        (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-                        with tar.extractfile(member) as src, open(staging / rel, "wb") as out:
-                            shutil.copyfileobj(src, out)
+                rel = member.name[len(root):]
+                if member.name.startswith(root) and member.isfile() and rel.startswith(members):
+                    (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+                    with tar.extractfile(member) as src, open(staging / rel, "wb") as out:
+                        shutil.copyfileobj(src, out)
         if target.exists():
             shutil.rmtree(target)
         os.replace(staging, target)
     return target
+
+
+def llama_cpp_source() -> Path:
+    """llama.cpp's converter (convert_hf_to_gguf.py, conversion/, gguf-py/) for the reference
+    converters: /work/ref's unpacked sdist where there is one, else extracted into the model
+    cache on first use."""
+    unpacked = Path("/work/ref") / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
+    if (unpacked / "convert_hf_to_gguf.py").is_file():
+        return unpacked
+    return llama_cpp_files(cache_dir() / f"llamacpy-llama.cpp-{VERSION}",
+                           ("convert_hf_to_gguf.py", "conversion/", "gguf-py/"))
 
 
 def template_path(name: str) -> Path:
