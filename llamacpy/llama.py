@@ -135,7 +135,7 @@ def response_format_grammar(response_format: dict | None) -> LlamaGrammar | None
 GPU_ARGS = {"n_gpu_layers": 0, "split_mode": None, "main_gpu": 0, "tensor_split": None,
             "offload_kqv": True, "op_offload": None}
 # arguments llamacpy takes only at llama-cpp-python's default (what llamacpy does anyway)
-DEFAULT_ONLY = {"use_mmap": True, "use_mlock": False, "kv_overrides": None,
+DEFAULT_ONLY = {"kv_overrides": None,
                 "rope_scaling_type": -1, "pooling_type": -1, "rope_freq_base": 0.0,
                 "rope_freq_scale": 0.0, "yarn_ext_factor": -1.0, "yarn_attn_factor": 1.0,
                 "yarn_beta_fast": 32.0, "yarn_beta_slow": 1.0, "yarn_orig_ctx": 0,
@@ -162,6 +162,13 @@ def check_arguments(where: str, kwargs: dict) -> None:
             raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
 
 
+def legacy_load_mode(use_mmap: bool, use_mlock: bool) -> str:
+    """llama-cpp-python's use_mmap / use_mlock as a load mode (its Llama.__init__ mapping)."""
+    if use_mlock:
+        return "mmap+mlock" if use_mmap else "mlock"
+    return "mmap" if use_mmap else "none"
+
+
 class Llama:
     """Load a GGUF model and generate from it (llama_cpp.Llama compatible)."""
 
@@ -171,6 +178,7 @@ class Llama:
                  vocab_only: bool = False, logits_all: bool = False, verbose: bool = True,
                  chat_format: str | None = None, repack: bool = False, type_k: str = "f16",
                  type_v: str = "f16", draft_model: LlamaDraftModel | None = None,
+                 use_mmap: bool = True, use_mlock: bool = False, load_mode: str | None = None,
                  **kwargs: Any):
         check_arguments("Llama", kwargs)
         self.draft_model = draft_model
@@ -178,7 +186,7 @@ class Llama:
             raise NotSupportedError("Llama: chat_format is not supported by llamacpy: the "
                                     "model's own chat template is used")
         self.model_path, self.verbose, self.seed = str(model_path), verbose, seed
-        self._file = open_gguf(model_path)
+        self._file = open_gguf(model_path, load_mode or legacy_load_mode(use_mmap, use_mlock))
         self.metadata = {k: str(v) for k, v in self._file.metadata.items()
                          if not k.startswith("tokenizer.ggml.")}
         self._tokenizer = Tokenizer.from_gguf(self._file)

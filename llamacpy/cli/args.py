@@ -36,6 +36,33 @@ def f(*names, dest, type=str, default=None, env=None, help="", tools=("cli", "se
     return Flag(tuple(names), dest, type, default, env, help, tools, const)
 
 
+def load_mode(value: str) -> str:
+    """-lm MODE: one of llama.cpp's load modes."""
+    from ..format.reader import check_load_mode
+
+    try:
+        return check_load_mode(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+# the older load-mode switches: llama.cpp's warning when one is given (common/arg.cpp)
+DEPRECATED = {
+    "--mmap": "--mmap and --no-mmap are deprecated. use --load-mode mmap instead",
+    "--no-mmap": "--mmap and --no-mmap are deprecated. use --load-mode mmap instead",
+    "--mlock": "--mlock is deprecated. use --load-mode mlock instead",
+    "-dio": "--direct-io and --no-direct-io are deprecated. use --load-mode dio instead",
+    "--direct-io": "--direct-io and --no-direct-io are deprecated. use --load-mode dio instead",
+}
+
+
+def warn_deprecated(argv: list[str], prog: str) -> None:
+    """One llama.cpp deprecation line per old switch given (each line once)."""
+    lines = dict.fromkeys(DEPRECATED[a] for a in argv if a in DEPRECATED)
+    for line in lines:
+        print(f"{prog}: warning: DEPRECATED: {line}", file=sys.stderr)
+
+
 def semicolon_list(value: str) -> list[str]:
     """--samplers top_k;top_p;temperature"""
     return [v for v in value.split(";") if v]
@@ -136,7 +163,23 @@ FLAGS = [
     f("--repack", dest="repack", type=SWITCH, default=None, env="LLAMA_ARG_REPACK",
       help="re-encode Q5_0/IQ4_NL weights as Q8_0: faster batched decoding, more memory "
            "(default: only llama-server with --parallel > 1)"),
-    f("--no-repack", dest="repack", type=SWITCH, const=False),
+    f("-nr", "--no-repack", dest="repack", type=SWITCH, const=False,
+      help="keep Q5_0/IQ4_NL (and Q6_K) weights as the file has them: less memory"),
+    # model loading (llama.cpp's --load-mode; --mmap, --no-mmap, --mlock and -dio are its older,
+    # deprecated spellings)
+    f("-lm", "--load-mode", dest="load_mode", type=load_mode, default="auto",
+      env="LLAMA_ARG_LOAD_MODE",
+      help="model loading mode (default: auto): auto (mmap), none (read into private memory), "
+           "mmap (memory-map the file), mlock (private memory, locked in RAM), mmap+mlock "
+           "(mmap, locked in RAM), dio (read with direct I/O if available)"),
+    f("--mmap", dest="load_mode", type=SWITCH, const="mmap",
+      help="DEPRECATED in favor of `--load-mode`: memory-map the model"),
+    f("--no-mmap", dest="load_mode", type=SWITCH, const="none",
+      help="DEPRECATED in favor of `--load-mode`: read the model into private memory"),
+    f("--mlock", dest="load_mode", type=SWITCH, const="mlock",
+      help="DEPRECATED in favor of `--load-mode`: keep the model in RAM (private, locked)"),
+    f("-dio", "--direct-io", dest="load_mode", type=SWITCH, const="dio",
+      help="DEPRECATED in favor of `--load-mode`: read the model with direct I/O"),
     # server
     f("--host", dest="host", default="127.0.0.1", env="LLAMA_ARG_HOST", tools=("server",)),
     f("--port", dest="port", type=int, default=8080, env="LLAMA_ARG_PORT", tools=("server",)),
@@ -247,7 +290,7 @@ NOT_SUPPORTED = {
     **{k: True for k in ("--lora", "--lora-scaled", "--control-vector",
                          "--rope-scaling",
                          "--rope-scale", "--rope-freq-base", "--rope-freq-scale", "-ot", "--override-tensor",
-                         "--override-kv", "-lm", "--load-mode", "--numa", "-sm", "--split-mode",
+                         "--override-kv", "--numa", "-sm", "--split-mode",
                          "-ts", "--tensor-split", "-mg", "--main-gpu", "--keep",
                          "--audio", "--video", "-mmu", "--mmproj-url", "--prompt-cache",
                          "--media-path",
@@ -257,7 +300,7 @@ NOT_SUPPORTED = {
     **{k: False for k in ("--swa-full", "--context-shift", "-i", "--embedding", "--embeddings",
                           "--rerank", "--reranking",
                           "--interactive", "-if", "--interactive-first",
-                          "--mlock", "--no-mmap", "--check-tensors", "-e", "--escape",
+                          "--check-tensors", "-e", "--escape",
                           "--mmproj-auto", "--no-mmproj", "--no-mmproj-auto")},
 }
 
@@ -305,6 +348,7 @@ def parse_args(tool: str, prog: str, description: str, argv: list[str]) -> argpa
     -ngl / --device / --mmproj-offload warn that everything runs on the CPU."""
     refuse_unsupported(argv, prog)
     args = build_parser(tool, prog, description).parse_args(argv)
+    warn_deprecated(argv, prog)
     args.given = given_dests(tool, prog, description, argv)
     redirect_log(args)
     for dest, (value, message) in REFUSED.items():

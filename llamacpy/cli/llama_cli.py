@@ -54,6 +54,7 @@ def llama_kwargs(args) -> dict:
             "n_threads": args.threads if args.threads > 0 else None,
             "n_threads_batch": args.threads_batch if args.threads_batch > 0 else None,
             "type_k": type_k, "type_v": type_v, "repack": bool(args.repack),
+            "load_mode": args.load_mode,
             "verbose": verbosity(args) >= LOG_DEBUG, "draft_model": spec_config(args)}
 
 

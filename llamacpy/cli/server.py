@@ -14,6 +14,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from ..format.reader import resolved_load_mode
 from ..hub import resolve_model
 from ..kernels import apply_threads_here, set_threads
 from .args import (LOG_DEBUG, LOG_INFO, cache_types, chat_template_text, grammar_from_args,
@@ -44,7 +45,8 @@ def server_config(args):
         model_path=str(resolve_model(args.model)), alias=args.alias or "", n_ctx=args.ctx_size,
         n_parallel=max(1, args.parallel), n_batch=args.batch_size, n_ubatch=args.ubatch_size,
         n_predict=args.n_predict, type_k=type_k, type_v=type_v,
-        repack=repack_default(args), api_keys=api_keys(args), webui=args.webui,
+        repack=repack_default(args), load_mode=args.load_mode, api_keys=api_keys(args),
+        webui=args.webui,
         metrics=args.metrics,
         slots=args.slots, chat_template=chat_template_text(args),
         chat_template_kwargs=parse_kwargs(args.chat_template_kwargs),
@@ -145,6 +147,8 @@ def serve(args, cfg) -> int:
         log(args, f"listening on {base} (web UI: {base}/ , API: {base}/v1); loading "
                   f"{cfg.model_path}")
         t0 = time.perf_counter()
+        log(args, f"load_tensors: loading model tensors, this can take a while... (load_mode = "
+                  f"{resolved_load_mode(cfg.load_mode)})")
         try:
             state.load()
         except Exception as e:  # noqa: BLE001 - any load failure ends the process with its reason

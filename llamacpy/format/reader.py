@@ -1,4 +1,12 @@
-"""GGUF reader: memory-maps the file and exposes metadata and zero-copy tensor views.
+"""GGUF reader: memory-maps the file (or reads it into private memory) and exposes metadata and
+zero-copy tensor views.
+
+Load modes are llama.cpp's --load-mode (llama_model_loader, llama_mmap, llama_mlock): `mmap`
+(and `auto`) map the file read-only, so its pages are page cache the kernel may drop and read
+again; `none` reads the file into private anonymous memory; `mlock` is that private memory
+locked; `mmap+mlock` maps and locks the mapping; `dio` reads it with O_DIRECT, bypassing the page
+cache (buffered reads where the file system has no direct I/O). An mlock the system refuses
+(RLIMIT_MEMLOCK) warns with llama.cpp's line and the model stays loaded, unlocked.
 
 Every count, length and offset is checked against the bytes that remain before it is used, so a
 broken file fails with one `GGUFError` naming what is wrong and where (llama.cpp: gguf_init_from_file).
@@ -6,10 +14,14 @@ broken file fails with one `GGUFError` naming what is wrong and where (llama.cpp
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import mmap
 import os
 import re
+import resource
 import struct
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +46,24 @@ from .constants import (
 
 SPLIT_PATTERN = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 MAX_STRING_BYTES = 1 << 30  # no key or token string is near this; a larger one is a corrupt length
+LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")  # llama_load_mode_name
+READ_CHUNK = 64 << 20  # bytes per read() when loading into private memory
+
+
+def check_load_mode(mode: str) -> str:
+    """`mode` if it is one of llama.cpp's load modes, else ValueError (llama_load_mode_from_str)."""
+    if mode not in LOAD_MODES:
+        raise ValueError(f"unknown load mode: {mode} (expected one of {', '.join(LOAD_MODES)})")
+    return mode
+
+
+def resolved_load_mode(mode: str) -> str:
+    """The mode a load really uses: `auto` is mmap on a CPU (llama-model.cpp load_tensors)."""
+    return "mmap" if check_load_mode(mode) == "auto" else mode
+
+
+def warn(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 class GGUFError(ValueError):
@@ -176,15 +206,19 @@ class GGUFFile:
     `tensors` maps names to `GGUFTensor` in file order.
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, load_mode: str = "mmap"):
         self.path = str(path)
+        self.load_mode = resolved_load_mode(load_mode)
+        self.locked = 0  # bytes mlock() locked (llama_mlock's size)
         self.metadata: dict[str, Any] = {}
         self.value_types: dict[str, int] = {}
         self.tensors: dict[str, GGUFTensor] = {}
         self.parts: list[_Part] = []
         for part_path in split_paths(self.path):
-            part = _Part(part_path)
+            part = _Part(part_path, self.load_mode)
             self.parts.append(part)
+            if self.load_mode.endswith("mlock"):
+                self.locked += part.lock(self.locked)
             if not self.metadata:
                 self.metadata, self.value_types = part.metadata, part.value_types
             for t in part.tensors:
@@ -212,9 +246,15 @@ class GGUFFile:
     def nbytes(self) -> int:
         return sum(p.size for p in self.parts)
 
+    @property
+    def mapped(self) -> bool:
+        """True when the tensors are views of the file's pages (mmap), False for private memory."""
+        return self.load_mode in ("mmap", "mmap+mlock")
+
     def release(self, tensor: GGUFTensor) -> None:
-        """Drop a tensor's pages from memory (they stay readable from the file): for tensors a
-        model has copied into another layout and will not read again."""
+        """Drop a tensor's pages from memory (mapped: they stay readable from the file; private
+        memory: they are freed): for tensors a model has copied into another layout and will
+        not read again."""
         for p in self.parts:
             if p.array is not None and np.shares_memory(tensor.data, p.array):
                 p.release(tensor.offset, tensor.nbytes)
@@ -232,9 +272,9 @@ class GGUFFile:
 
 
 class _Part:
-    """One physical .gguf file."""
+    """One physical .gguf file: mapped, or read into private memory (see the load modes)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, load_mode: str = "mmap"):
         self.path = path
         try:
             self._fh = open(path, "rb")
@@ -244,14 +284,62 @@ class _Part:
         if self.size == 0:
             self._fh.close()
             raise GGUFError(f"{path}: file is empty")
-        self._mmap = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ)
-        self.buf = memoryview(self._mmap)
-        self.array = np.frombuffer(self._mmap, dtype=np.uint8)
+        if load_mode in ("mmap", "mmap+mlock"):
+            self._mmap = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ)
+        else:
+            self._mmap = self._read_private(load_mode == "dio")
+        self.buf = memoryview(self._mmap)[: self.size]
+        self.array = np.frombuffer(self._mmap, dtype=np.uint8, count=self.size)
+        self.array.flags.writeable = False  # private memory too: tensors are read-only views
         try:
             self._parse()
         except GGUFError:
             self.close()
             raise
+
+    def _read_private(self, direct: bool) -> mmap.mmap:
+        """The whole file in anonymous memory (llama.cpp's --load-mode none / mlock / dio: a
+        host buffer filled by llama_file::read_raw), with O_DIRECT when `direct`."""
+        fd, align = self._fh.fileno(), mmap.PAGESIZE
+        if direct:
+            try:
+                fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+                align = max(align, os.fstat(fd).st_blksize)
+            except OSError as e:
+                warn(f"Failed to open file '{self.path}' with error: {e.strerror}. Falling back "
+                     f"to buffered I/O")
+                fd, direct = self._fh.fileno(), False
+        buf = mmap.mmap(-1, -(-self.size // align) * align)  # page-aligned, as O_DIRECT needs
+        view, pos = memoryview(buf), 0
+        try:
+            while pos < self.size:
+                n = os.preadv(fd, [view[pos : min(pos + READ_CHUNK, len(buf))]], pos)
+                if n <= 0:
+                    raise GGUFError(f"{self.path}: read error at byte {pos} of {self.size}")
+                pos += n
+        except OSError as e:
+            raise GGUFError(f"{self.path}: read error: {e.strerror}") from None
+        finally:
+            view.release()
+            if direct:
+                os.close(fd)
+        return buf
+
+    def lock(self, locked_before: int) -> int:
+        """mlock() this part's bytes (populating a mapping); returns the bytes locked, 0 with
+        llama_mlock's warning when the system refuses (RLIMIT_MEMLOCK)."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        addr = ctypes.c_void_p(self.array.ctypes.data)
+        if libc.mlock(addr, ctypes.c_size_t(self.size)) == 0:
+            return self.size
+        err = ctypes.get_errno()
+        soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+        suggest = err == errno.ENOMEM and not (hard == resource.RLIM_INFINITY
+                                               or hard > soft + self.size)
+        warn(f"warning: failed to mlock {self.size}-byte buffer (after previously locking "
+             f"{locked_before} bytes): {os.strerror(err)}"
+             + ("\nTry increasing RLIMIT_MEMLOCK ('ulimit -l' as root)." if suggest else ""))
+        return 0
 
     def _parse(self) -> None:
         cur = _Cursor(self.buf, self.path, self.size)
@@ -338,7 +426,11 @@ class _Part:
         page = mmap.PAGESIZE
         start, stop = -(-offset // page) * page, (offset + nbytes) // page * page
         if stop > start and hasattr(mmap, "MADV_DONTNEED"):
-            self._mmap.madvise(mmap.MADV_DONTNEED, start, stop - start)
+            try:  # private memory: the pages are freed for good (the tensor is not read again)
+                self._mmap.madvise(mmap.MADV_DONTNEED, start, stop - start)
+            except OSError:
+                pass  # locked pages (mlock) cannot be dropped: they stay
+
 
     def close(self) -> None:
         self.array = None
@@ -366,6 +458,7 @@ def split_paths(path: str) -> list[str]:
     return parts
 
 
-def open_gguf(path: str | os.PathLike) -> GGUFFile:
-    """Open a GGUF file (or a split model by any of its parts)."""
-    return GGUFFile(path)
+def open_gguf(path: str | os.PathLike, load_mode: str = "mmap") -> GGUFFile:
+    """Open a GGUF file (or a split model by any of its parts); `load_mode` is one of
+    LOAD_MODES (llama.cpp's --load-mode)."""
+    return GGUFFile(path, load_mode)

@@ -41,6 +41,7 @@ class ServerConfig:
     type_k: str = "f16"
     type_v: str = "f16"
     repack: bool = False
+    load_mode: str = "auto"  # -lm: how the model's weights are held (format/reader.py)
     api_keys: list[str] = field(default_factory=list)
     webui: bool = True
     metrics: bool = False
@@ -85,7 +86,7 @@ class ServerState:
     def load(self) -> None:
         """Open the model and start the engine thread (call from a background thread)."""
         cfg = self.cfg
-        self.gguf = open_gguf(cfg.model_path)
+        self.gguf = open_gguf(cfg.model_path, cfg.load_mode)
         self.tokenizer = Tokenizer.from_gguf(self.gguf)
         self.model = load_model(self.gguf, repack=cfg.repack)
         if cfg.mmproj:

@@ -17,7 +17,7 @@ def llm():
 
 
 @pytest.mark.parametrize("kwargs", [{"lora_path": "x.gguf"}, {"embedding": True},
-                                    {"use_mmap": False}, {"rope_freq_base": 1e6},
+                                    {"numa": True}, {"rope_freq_base": 1e6},
                                     {"chat_format": "chatml"}, {"draft_model": object()},
                                     {"flash_attn": True}, {"kv_overrides": {"a": 1}}])
 def test_constructor_refuses_what_it_would_ignore(kwargs):

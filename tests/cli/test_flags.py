@@ -186,6 +186,8 @@ SERVER = {
     "cache_type_k": (["-ctk", "f32"], lambda r: r.cfg.type_k == "f32"),
     "cache_type_v": (["-ctv", "f32"], lambda r: r.cfg.type_v == "f32"),
     "repack": (["--repack"], lambda r: r.cfg.repack is True),
+    "load_mode": (["-lm", "none"], lambda r: r.cfg.load_mode == "none" and reads(
+        "ServerState.load", "open_gguf(cfg.model_path, cfg.load_mode)")),
     "host": (["--host", "0.0.0.0"], lambda r: r.uvicorn["host"] == "0.0.0.0"),
     "port": (["--port", "9999"], lambda r: r.uvicorn["port"] == 9999),
     "parallel": (["-np", "3"], lambda r: r.cfg.n_parallel == 3),
@@ -249,6 +251,7 @@ CLI = {
     "cache_type_k": (["-ctk", "f32"], lambda r: r.llama["type_k"] == "f32"),
     "cache_type_v": (["-ctv", "f32"], lambda r: r.llama["type_v"] == "f32"),
     "repack": (["--repack"], lambda r: r.llama["repack"] is True),
+    "load_mode": (["--load-mode", "mlock"], lambda r: r.llama["load_mode"] == "mlock"),
     "reasoning": (["-rea", "off"], lambda r: flags.template_kwargs(r.args) == {
         "enable_thinking": False} and reads(llama_cli.conversation, "**template_kwargs(args)")
         and reads(llama_cli.image_prompt, "**template_kwargs(args)")),
