@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..memory.batch import concat
+from ..memory.kv_shift import can_shift
 from ..tokenizer import Tokenizer
 from .context import Context
 from .sequence import Emit, Request, Sequence, Slot, common_prefix
@@ -70,8 +71,13 @@ class Scheduler:
     sequences verify drafts in the same batched step."""
 
     def __init__(self, ctx: Context, tokenizer: Tokenizer, n_batch: int = 2048,
-                 max_queue: int = 256, speculator: Speculator | None = None):
+                 max_queue: int = 256, speculator: Speculator | None = None,
+                 context_shift: bool = False):
+        if context_shift and not can_shift(ctx.cache):
+            raise ValueError("--context-shift is not supported by this model: its memory "
+                             "cannot shift (a recurrent state, or a quantized K cache)")
         self.ctx, self.tokenizer, self.speculator = ctx, tokenizer, speculator
+        self.context_shift = context_shift
         self.n_batch, self.max_queue = n_batch, max_queue
         self.slots = [Slot(ctx, i) for i in range(ctx.n_seq)]
         self.waiting: deque[Sequence] = deque()
@@ -96,7 +102,7 @@ class Scheduler:
         self.check(request)
         try:
             seq = Sequence(request, self.tokenizer, emit, self.n_ctx_slot,
-                           speculator=self.speculator)
+                           speculator=self.speculator, context_shift=self.context_shift)
         except (ValueError, NotImplementedError) as e:  # the sampler refused its settings
             raise EngineError(str(e)) from None
         with self.cond:

@@ -8,7 +8,8 @@ A Sequence tells its caller what happens through `emit(event)`, one dict per eve
       string may be starting; "logits" (float32 [n_vocab], before sampling) only with
       Request.return_logits, "timings" only with Request.timings_per_token
   {"type": "done", "text" (the tail held back until now), "stop_type" ("eos", "word", "limit"),
-      "stopping_word", "probs", "id_slot", "timings", "n_prompt", "n_cached", "n_decoded"}
+      "stopping_word", "probs", "id_slot", "timings", "n_prompt", "n_cached", "n_decoded",
+      "truncated" (the context was shifted)}
   {"type": "error", "message", "kind"}: the sequence failed; its request alone fails
 """
 
@@ -26,6 +27,7 @@ from ..sampling import Sampler, SamplingParams, find_stop
 from ..sampling.sampler import pre_sampling_probs
 from ..tokenizer import StreamingDetokenizer, Tokenizer
 from .context import Context
+from ..memory.kv_shift import remove_cells
 from .prompt import Prompt, rope_position, text_batch
 from .speculative import SpecParams, SpecStats, Speculator
 
@@ -64,6 +66,7 @@ class Request:
     return_logits: bool = False
     timings_per_token: bool = False  # token events carry the timings so far
     speculative: SpecParams | None = None  # draft limits; None: the speculator's own
+    n_keep: int = 0  # context shift keeps this many prompt tokens (after BOS); -1: the prompt
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -132,16 +135,24 @@ class Slot:
         self.tokens, self.shifts = [], []
         self.ctx.cache.clear(self.id)
 
+    def remove(self, p0: int, p1: int) -> None:
+        """Forget cells [p0, p1) and move the later ones down (llama.cpp's seq_rm + seq_add:
+        their keys are re-rotated to their new positions)."""
+        remove_cells(self.ctx.cache, self.id, p0, p1, self.ctx.model.kv_rope)
+        del self.tokens[p0:p1]
+
 
 class Sequence:
     """One request's generation on a slot: `start`, then per step `rows` -> decode ->
     `decoded` (and `advance` with the logits of its last row) until `finished`."""
 
     def __init__(self, request: Request, tokenizer: Tokenizer, emit: Emit, n_ctx: int,
-                 id: int = 0, speculator: Speculator | None = None):
+                 id: int = 0, speculator: Speculator | None = None, context_shift: bool = False):
         self.request, self.tokenizer, self.emit, self.n_ctx, self.id = \
             request, tokenizer, emit, n_ctx, id
         self.speculator = speculator
+        self.context_shift = context_shift  # a full context drops old tokens instead of ending
+        self.truncated = False  # the context was shifted (llama.cpp's slot.truncated)
         self.draft: list[int] = []  # guesses decoded after next_token, being verified
         self.spec = SpecStats()
         self.sampler = Sampler(request.params, tokenizer)  # a bad sampler fails here, unqueued
@@ -253,9 +264,24 @@ class Sequence:
             return self.finish("word", stopping_word=word)
         if constrained and req.token_mask.is_finished():  # the grammar allows nothing more
             return self.finish("eos")
-        if 0 <= req.n_predict <= self.n_decoded or len(self.slot.tokens) + 1 >= self.n_ctx:
+        if 0 <= req.n_predict <= self.n_decoded:
             return self.finish("limit")
+        if len(self.slot.tokens) + 1 >= self.n_ctx:
+            if not self.context_shift:
+                return self.finish("limit")
+            self.shift_context()
         self.next_token = token
+
+    def shift_context(self) -> None:
+        """The context is full: keep n_keep tokens (and BOS), drop half of the rest, go on
+        (llama.cpp's server_context::pre_decode context shift)."""
+        req, n = self.request, len(self.slot.tokens)
+        n_keep = len(self.prompt) if req.n_keep < 0 else req.n_keep
+        n_keep = min(self.n_ctx - 4, n_keep + int(self.tokenizer.add_bos))
+        n_left = n - n_keep
+        n_discard = min(max(n_left // 2, 0), max(0, n_left - 1))
+        self.slot.remove(n_keep, n_keep + n_discard)
+        self.truncated = True
 
     def finish(self, stop_type: str, probs: dict | None = None, stopping_word: str = "") -> None:
         tail = "" if stop_type == "word" else self.pending + self.detok.flush()
@@ -263,6 +289,7 @@ class Sequence:
         self.emit({"type": "done", "text": tail, "stop_type": stop_type, "probs": probs,
                    "stopping_word": stopping_word, "id_slot": self.slot.id,
                    "timings": self.timings(), "n_prompt": len(self.prompt),
+                   "truncated": self.truncated,
                    "n_cached": self.n_cached, "n_decoded": self.n_decoded})
 
     def fail(self, message: str, kind: str = "server_error") -> None:

@@ -55,6 +55,9 @@ class Gemma3Model(LlamaModel):
     def make_layer(self, w: Weights, il: int, a: ModelArgs) -> Gemma3Layer:
         return Gemma3Layer(w, il, a)
 
+    def kv_rope(self, il: int):
+        return self.args.extra["rope_swa"] if self.layers[il].uses_swa else self.args.rope
+
     def forward(self, batch: Batch, cache) -> np.ndarray:
         a = self.args
         x = input_embeddings(self.token_embd, batch, np.sqrt(a.n_embd))  # images unscaled

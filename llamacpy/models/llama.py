@@ -14,7 +14,7 @@ from ..format import GGUFFile
 from ..ops.activations import silu
 from ..ops.linear import Linear
 from ..ops.norm import rms_norm
-from ..ops.rope import ROPE_NORM, rope_cos_sin
+from ..ops.rope import ROPE_NORM, RopeConfig, rope_cos_sin
 from .base import Attention, GatedFFN, ModelArgs, Weights, input_embeddings
 
 
@@ -44,6 +44,11 @@ class LlamaModel:
 
     def make_layer(self, w: Weights, il: int, a: ModelArgs) -> LlamaLayer:
         return LlamaLayer(w, il, a)
+
+    def kv_rope(self, il: int) -> RopeConfig:
+        """The rope layer `il` rotated its cached keys with (memory/kv_shift.py re-rotates them
+        when cells move: llama.cpp's K-shift)."""
+        return self.args.rope
 
     def make_cache(self, n_ctx: int, n_seq: int = 1, type_k: str = "f16",
                    type_v: str = "f16") -> KVCache:
