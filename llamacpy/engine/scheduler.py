@@ -72,12 +72,13 @@ class Scheduler:
 
     def __init__(self, ctx: Context, tokenizer: Tokenizer, n_batch: int = 2048,
                  max_queue: int = 256, speculator: Speculator | None = None,
-                 context_shift: bool = False):
-        if context_shift and not can_shift(ctx.cache):
-            raise ValueError("--context-shift is not supported by this model: its memory "
-                             "cannot shift (a recurrent state, or a quantized K cache)")
+                 context_shift: bool = False, n_cache_reuse: int = 0):
+        for name, asked in (("--context-shift", context_shift), ("--cache-reuse", n_cache_reuse)):
+            if asked and not can_shift(ctx.cache):
+                raise ValueError(f"{name} is not supported by this model: its memory cannot "
+                                 f"shift (a recurrent state, or a quantized K cache)")
         self.ctx, self.tokenizer, self.speculator = ctx, tokenizer, speculator
-        self.context_shift = context_shift
+        self.context_shift, self.n_cache_reuse = context_shift, n_cache_reuse
         self.n_batch, self.max_queue = n_batch, max_queue
         self.slots = [Slot(ctx, i) for i in range(ctx.n_seq)]
         self.waiting: deque[Sequence] = deque()
@@ -102,7 +103,8 @@ class Scheduler:
         self.check(request)
         try:
             seq = Sequence(request, self.tokenizer, emit, self.n_ctx_slot,
-                           speculator=self.speculator, context_shift=self.context_shift)
+                           speculator=self.speculator, context_shift=self.context_shift,
+                           n_cache_reuse=self.n_cache_reuse)
         except (ValueError, NotImplementedError) as e:  # the sampler refused its settings
             raise EngineError(str(e)) from None
         with self.cond:

@@ -106,10 +106,14 @@ class Slot:
         """The rope position of the next token."""
         return rope_position(len(self.tokens), self.shifts)
 
-    def reuse(self, prompt: Prompt, cache_prompt: bool = True) -> int:
+    def reuse(self, prompt: Prompt, cache_prompt: bool = True, n_cache_reuse: int = 0) -> int:
         """Keep the cached prefix `prompt` shares (never part of an image, never its last
-        token, whose logits must be fresh) and forget the rest; returns the cells kept."""
+        token, whose logits must be fresh) and forget the rest; returns the cells kept. With
+        n_cache_reuse > 0, cached chunks of at least that many tokens that the prompt holds
+        after the prefix are moved into place too (--cache-reuse)."""
         keep = common_prefix(self.tokens, prompt.tokens) if cache_prompt else 0
+        if cache_prompt and n_cache_reuse > 0 and not prompt.images:
+            keep = self.reuse_chunks(prompt.tokens[:-1], keep, n_cache_reuse)
         keep = prompt.snap(min(keep, len(prompt) - 1))
         keep = self.ctx.cache.trim(self.id, keep)  # a recurrent state may go back further
         self.tokens, self.shifts = self.tokens[:keep], prompt.shifts
@@ -135,6 +139,21 @@ class Slot:
         self.tokens, self.shifts = [], []
         self.ctx.cache.clear(self.id)
 
+    def reuse_chunks(self, tokens: list[int], n_past: int, n_min: int) -> int:
+        """llama.cpp's cache reuse (server_context, n_cache_reuse): past the common prefix, each
+        cached run of >= n_min tokens that matches the prompt where it has got to is shifted
+        down into place, the cells before it dropped; returns the prompt tokens now cached."""
+        head = n_past  # cells [0, head) hold tokens[:head]; self.tokens[head:] is still to match
+        pos = head
+        while pos < len(self.tokens) and head < len(tokens):
+            n = common_prefix(self.tokens[pos:], tokens[head:])
+            if n >= n_min:
+                self.remove(head, pos)
+                head = pos = head + n
+            else:
+                pos += 1
+        return head
+
     def remove(self, p0: int, p1: int) -> None:
         """Forget cells [p0, p1) and move the later ones down (llama.cpp's seq_rm + seq_add:
         their keys are re-rotated to their new positions)."""
@@ -147,11 +166,13 @@ class Sequence:
     `decoded` (and `advance` with the logits of its last row) until `finished`."""
 
     def __init__(self, request: Request, tokenizer: Tokenizer, emit: Emit, n_ctx: int,
-                 id: int = 0, speculator: Speculator | None = None, context_shift: bool = False):
+                 id: int = 0, speculator: Speculator | None = None, context_shift: bool = False,
+                 n_cache_reuse: int = 0):
         self.request, self.tokenizer, self.emit, self.n_ctx, self.id = \
             request, tokenizer, emit, n_ctx, id
         self.speculator = speculator
         self.context_shift = context_shift  # a full context drops old tokens instead of ending
+        self.n_cache_reuse = n_cache_reuse  # --cache-reuse: least chunk moved into place
         self.truncated = False  # the context was shifted (llama.cpp's slot.truncated)
         self.draft: list[int] = []  # guesses decoded after next_token, being verified
         self.spec = SpecStats()
@@ -181,7 +202,8 @@ class Sequence:
         """Take `slot`, reusing the prefix its cells share with the prompt."""
         self.slot = slot
         slot.seq, slot.last_used = self, time.monotonic()
-        self.n_prompt_done = self.n_cached = slot.reuse(self.prompt, self.request.cache_prompt)
+        self.n_prompt_done = self.n_cached = slot.reuse(self.prompt, self.request.cache_prompt,
+                                                        self.n_cache_reuse)
         self.sampler.prime(self.prompt.text_tokens)  # image cells are not tokens
 
     def rows(self, budget: int):

@@ -195,3 +195,47 @@ def test_recurrent_memory_cannot_shift():
         Scheduler(ctx, Tokenizer.from_gguf(g), context_shift=True)
     with pytest.raises(ValueError, match="cannot shift"):
         remove_cells(ctx.cache, 0, 0, 1, model.kv_rope)
+
+
+def test_cache_reuse_moves_a_cached_chunk_into_place(loaded):
+    """--cache-reuse 8: after a prompt P1 + X + P2, the prompt P1 + P2 + Q reuses P1 as the
+    prefix and P2 shifted down over X (llama.cpp's seq_rm(head_p, head_c) + seq_add), so only Q
+    is decoded; the tokens equal a hand-driven run of that shift. Without it, P2 is decoded
+    again."""
+    name, _, model, tok = loaded
+    words = tok.tokenize(TEXT, add_special=True)
+    p1, x, p2, q = words[:10], words[10:22], words[22:40], words[40:46]
+    reuse = Scheduler(Context(model, n_ctx=128), tok, n_cache_reuse=8)
+    plain = Scheduler(Context(model, n_ctx=128), tok)
+    for sched in (reuse, plain):
+        run(sched, Request(Prompt(p1 + x + p2), GREEDY, n_predict=1))
+    got, done = run(reuse, Request(Prompt(p1 + p2 + q), GREEDY, n_predict=8, ignore_eos=True))
+    assert done["n_cached"] == len(p1) + len(p2) and done["timings"]["prompt_n"] == len(q)
+    _, done_plain = run(plain, Request(Prompt(p1 + p2 + q), GREEDY, n_predict=8))
+    assert len(p1) <= done_plain["n_cached"] < len(p1) + 3  # the prefix (and a coincidence)
+
+    ctx = Context(model, n_ctx=128)
+    ctx.decode(Batch.from_tokens(p1 + x + p2))
+    n = remove_cells(ctx.cache, 0, len(p1), len(p1) + len(x), model.kv_rope)
+    logits = ctx.decode(Batch.from_tokens(q, pos0=n))[-1]
+    want = []
+    for _ in range(8):
+        want.append(int(np.argmax(logits)))
+        logits = ctx.decode(Batch.from_tokens([want[-1]], pos0=n + len(q) + len(want) - 1))[-1]
+    assert got == want, name
+
+
+def test_cache_reuse_needs_chunks_of_n_tokens(loaded):
+    _, _, model, tok = loaded
+    words = tok.tokenize(TEXT, add_special=True)
+    p1, x, p2, q = words[:10], words[10:22], words[22:28], words[40:46]  # a 6-token chunk
+    sched = Scheduler(Context(model, n_ctx=128), tok, n_cache_reuse=8)
+    run(sched, Request(Prompt(p1 + x + p2), GREEDY, n_predict=1))
+    _, done = run(sched, Request(Prompt(p1 + p2 + q), GREEDY, n_predict=1))
+    assert len(p1) <= done["n_cached"] < len(p1) + 3
+
+
+def test_recurrent_memory_refuses_cache_reuse():
+    g = open_gguf(QWEN35)
+    with pytest.raises(ValueError, match="--cache-reuse is not supported by this model"):
+        Scheduler(Context(load_model(g), n_ctx=64), Tokenizer.from_gguf(g), n_cache_reuse=4)
