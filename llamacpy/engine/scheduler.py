@@ -25,6 +25,7 @@ from ..memory.batch import concat
 from ..memory.kv_shift import can_shift
 from ..tokenizer import Tokenizer
 from .context import Context
+from .prompt_cache import PromptCache
 from .sequence import Emit, Request, Sequence, Slot, common_prefix
 from .speculative import Speculator
 
@@ -72,13 +73,15 @@ class Scheduler:
 
     def __init__(self, ctx: Context, tokenizer: Tokenizer, n_batch: int = 2048,
                  max_queue: int = 256, speculator: Speculator | None = None,
-                 context_shift: bool = False, n_cache_reuse: int = 0):
+                 context_shift: bool = False, n_cache_reuse: int = 0, cache_ram_mib: int = 0):
         for name, asked in (("--context-shift", context_shift), ("--cache-reuse", n_cache_reuse)):
             if asked and not can_shift(ctx.cache):
                 raise ValueError(f"{name} is not supported by this model: its memory cannot "
                                  f"shift (a recurrent state, or a quantized K cache)")
         self.ctx, self.tokenizer, self.speculator = ctx, tokenizer, speculator
         self.context_shift, self.n_cache_reuse = context_shift, n_cache_reuse
+        # --cache-ram: idle slots' prompts kept in host RAM (0: off, -1: no limit)
+        self.prompt_cache = PromptCache(cache_ram_mib) if cache_ram_mib else None
         self.n_batch, self.max_queue = n_batch, max_queue
         self.slots = [Slot(ctx, i) for i in range(ctx.n_seq)]
         self.waiting: deque[Sequence] = deque()
@@ -210,11 +213,17 @@ class Scheduler:
                 if seq.cancelled or slot is not None:
                     self.waiting.remove(seq)
                 if slot is not None:
-                    self._guarded(seq, seq.start, slot)
+                    self._guarded(seq, self._start, seq, slot)
                     if seq.finished:
                         self._release(slot)
                     else:
                         self.metrics.n_prompt_cached += seq.n_cached
+
+    def _start(self, seq: Sequence, slot: Slot) -> None:
+        """Start `seq` on `slot`, first swapping prompts with the RAM cache (--cache-ram)."""
+        if self.prompt_cache is not None and seq.request.cache_prompt:
+            self.prompt_cache.swap(slot, seq.prompt.tokens)
+        seq.start(slot)
 
     def _pick_slot(self, seq: Sequence) -> Slot | None:
         """The requested slot, else the idle slot sharing the longest prompt prefix (llama.cpp's

@@ -19,9 +19,18 @@ from .kv_cache import KVCache, to_cache
 
 
 def can_shift(cache: KVCache) -> bool:
-    """llama_memory_can_shift: KV cells can move; a recurrent state cannot."""
-    return not isinstance(cache, HybridCache) and all(
-        k.dtype in (np.uint16, np.float32) for k in cache.k if k is not None)
+    """llama_memory_can_shift: KV cells can move; a recurrent state cannot. Keys are re-rotated
+    in f16 and f32 caches only (llama.cpp also re-quantizes block types: not done here yet)."""
+    return not isinstance(cache, HybridCache) and key_type(cache) in ("f16", "f32")
+
+
+def key_type(cache: KVCache) -> str:
+    """The K cache's -ctk type (from the array dtype for a cache that does not name it)."""
+    name = getattr(cache, "type_k", None)
+    if name is not None:
+        return name
+    k = next(a for a in cache.k if a is not None)
+    return {np.dtype(np.uint16): "f16", np.dtype(np.float32): "f32"}.get(k.dtype, str(k.dtype))
 
 
 def rotation(rope: RopeConfig, delta: int) -> tuple[np.ndarray, np.ndarray]:

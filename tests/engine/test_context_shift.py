@@ -239,3 +239,54 @@ def test_recurrent_memory_refuses_cache_reuse():
     g = open_gguf(QWEN35)
     with pytest.raises(ValueError, match="--cache-reuse is not supported by this model"):
         Scheduler(Context(load_model(g), n_ctx=64), Tokenizer.from_gguf(g), n_cache_reuse=4)
+
+
+def test_cache_ram_brings_back_an_idle_slots_prompt(loaded):
+    """--cache-ram: one slot, prompts A then B then A again. B replaces A in the slot, so A is
+    saved to RAM first; A's return loads it back and reuses all but its last token. The tokens
+    equal a run without the cache, and without it A is decoded again."""
+    name, _, model, tok = loaded
+    words = tok.tokenize(TEXT, add_special=True)
+    a, b = words[:30], [words[0]] + words[30:60]
+    outs = {}
+    for mib in (0, 64):
+        sched = Scheduler(Context(model, n_ctx=128), tok, cache_ram_mib=mib)
+        run(sched, Request(Prompt(a), GREEDY, n_predict=4))
+        run(sched, Request(Prompt(b), GREEDY, n_predict=4))
+        outs[mib] = run(sched, Request(Prompt(a), GREEDY, n_predict=6, ignore_eos=True))
+        if mib:
+            assert len(sched.prompt_cache.entries) == 1  # B's prompt, saved when A came back
+            assert sched.prompt_cache.entries[0].tokens[:len(b)] == b
+    (with_cache, done), (without, done_plain) = outs[64], outs[0]
+    assert done["n_cached"] == len(a) - 1 and done_plain["n_cached"] <= 1
+    assert with_cache == without, name
+
+
+def test_cache_ram_limit_drops_the_oldest(loaded):
+    _, _, model, tok = loaded
+    words = tok.tokenize(TEXT, add_special=True)
+    sched = Scheduler(Context(model, n_ctx=128), tok, cache_ram_mib=1)
+    prompts = [words[i:i + 20] for i in range(0, 60, 20)]
+    for p in prompts:
+        run(sched, Request(Prompt(p), GREEDY, n_predict=2))
+    cache = sched.prompt_cache
+    assert cache.nbytes <= 2**20 and cache.entries
+    per_entry = cache.entries[-1].state.nbytes
+    assert len(cache.entries) == min(2, 2**20 // per_entry)
+    assert cache.entries[-1].tokens[:20] == prompts[1]  # the newest saved, the oldest gone first
+
+
+def test_cache_ram_restores_a_recurrent_state():
+    """Qwen3.5: the saved memory holds the recurrent state and its snapshots; greedy tokens after
+    a round trip through RAM equal those of a fresh run."""
+    g = open_gguf(QWEN35)
+    model, tok = load_model(g), Tokenizer.from_gguf(g)
+    a, b = list(range(5, 40)), list(range(50, 80))
+    outs = {}
+    for mib in (0, -1):
+        sched = Scheduler(Context(model, n_ctx=128), tok, cache_ram_mib=mib)
+        for p in (a, b):
+            run(sched, Request(Prompt(p), GREEDY, n_predict=3))
+        outs[mib] = run(sched, Request(Prompt(a), GREEDY, n_predict=5, ignore_eos=True))
+    assert outs[-1][1]["n_cached"] > outs[0][1]["n_cached"]
+    assert outs[-1][0] == outs[0][0]
