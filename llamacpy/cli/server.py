@@ -45,7 +45,8 @@ def server_config(args):
         model_path=str(resolve_model(args.model)), alias=args.alias or "", n_ctx=args.ctx_size,
         n_parallel=max(1, args.parallel), n_batch=args.batch_size, n_ubatch=args.ubatch_size,
         n_predict=args.n_predict, type_k=type_k, type_v=type_v,
-        repack=repack_default(args), load_mode=args.load_mode, api_keys=api_keys(args),
+        repack=repack_default(args), load_mode=args.load_mode, **context_controls(args),
+        api_keys=api_keys(args),
         webui=args.webui,
         metrics=args.metrics,
         slots=args.slots, chat_template=chat_template_text(args),
@@ -58,6 +59,21 @@ def server_config(args):
         n_threads=args.threads, n_threads_batch=args.threads_batch,
         n_threads_http=args.threads_http, ignore_eos=args.ignore_eos, verbosity=verbosity(args),
         grammar=grammar, grammar_source=grammar_source, speculative=spec_config(args))
+
+
+def context_controls(args) -> dict:
+    """--context-shift, --keep, --cache-reuse and --cache-ram as ServerConfig fields; a shift
+    or a chunk reuse cannot cut an image's cells, so with --mmproj they are refused (llama.cpp
+    turns them off with a warning)."""
+    if args.n_keep < -1:
+        raise ValueError(f"--keep must be -1 (the whole prompt) or at least 0, not {args.n_keep}")
+    for name, asked in (("--context-shift", args.context_shift),
+                        ("--cache-reuse", args.cache_reuse > 0)):
+        if asked and args.mmproj:
+            raise ValueError(f"{name} is not supported with a multimodal projector (--mmproj): "
+                             f"an image's cells cannot be shifted")
+    return {"context_shift": bool(args.context_shift), "n_keep": args.n_keep,
+            "cache_reuse": max(0, args.cache_reuse), "cache_ram": args.cache_ram}
 
 
 def log(args, message: str, level: int = LOG_INFO) -> None:

@@ -304,7 +304,8 @@ class Run:
             ignore_eos=c.ignore_eos, n_probs=c.n_probs, post_sampling_probs=c.post_sampling_probs,
             id_slot=c.id_slot, cache_prompt=c.cache_prompt, starts_in_thinking=opens_thinking,
             reasoning_budget=state.cfg.reasoning_budget, think_end_tokens=state.think_end_tokens,
-            timings_per_token=c.timings_per_token, token_mask=mask, speculative=c.speculative)
+            timings_per_token=c.timings_per_token, token_mask=mask, speculative=c.speculative,
+            n_keep=state.cfg.n_keep if c.n_keep is None else c.n_keep)
         self.emit = lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev)
         self.seq: Sequence | None = None
         self.reasoning = ReasoningParser(c.reasoning_format or state.cfg.reasoning_format,
@@ -408,7 +409,7 @@ def final_json(run: Run, done: dict) -> dict:
                 else [], "id_slot": done["id_slot"], "stop": True, "model": run.model,
                 "tokens_predicted": done["n_decoded"], "tokens_evaluated": done["n_prompt"],
                 "generation_settings": run.state.generation_settings(run.c),
-                "has_new_line": "\n" in run.content, "truncated": False,
+                "has_new_line": "\n" in run.content, "truncated": done["truncated"],
                 "stop_type": done["stop_type"], "stopping_word": done["stopping_word"],
                 "tokens_cached": done["n_prompt"] + done["n_decoded"],
                 "timings": done["timings"]}

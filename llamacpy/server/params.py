@@ -569,6 +569,7 @@ class Completion:
     logprobs: bool = False  # OpenAI-style logprobs requested
     top_logprobs: int = 0  # alternatives shown per token with logprobs (n_probs is at least 1)
     cache_prompt: bool = True
+    n_keep: int | None = None  # tokens a context shift keeps; None: the server's --keep
     id_slot: int = -1
     return_tokens: bool = False
     model: str = ""
@@ -660,6 +661,7 @@ def completion_from(data: dict, base: SamplingParams, default_n_predict: int, ro
     c.include_usage = (data.get("stream_options") or {}).get("include_usage") is True
     c.ignore_eos = data["ignore_eos"] if isinstance(data.get("ignore_eos"), bool) else ignore_eos
     c.cache_prompt = data.get("cache_prompt") is not False
+    c.n_keep = data.get("n_keep")
     c.id_slot = -1 if data.get("id_slot") is None else data["id_slot"]
     c.post_sampling_probs = data.get("post_sampling_probs") is True
     c.return_tokens = data.get("return_tokens") is True

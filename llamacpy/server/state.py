@@ -42,6 +42,10 @@ class ServerConfig:
     type_v: str = "f16"
     repack: bool = False
     load_mode: str = "auto"  # -lm: how the model's weights are held (format/reader.py)
+    context_shift: bool = False  # --context-shift: a full context drops old tokens, goes on
+    n_keep: int = 0  # --keep: prompt tokens a context shift keeps (-1: all); requests' default
+    cache_reuse: int = 0  # --cache-reuse: least cached chunk moved into place (0: off)
+    cache_ram: int = 8192  # --cache-ram MiB for idle slots' prompts (0: off, -1: no limit)
     api_keys: list[str] = field(default_factory=list)
     webui: bool = True
     metrics: bool = False
@@ -99,7 +103,9 @@ class ServerState:
         speculator = build_speculator(cfg.speculative, self.tokenizer, n_ctx, cfg.n_parallel,
                                       cfg.n_threads, cfg.n_threads_batch) \
             if cfg.speculative else None
-        self.engine = Scheduler(ctx, self.tokenizer, cfg.n_batch, speculator=speculator)
+        self.engine = Scheduler(ctx, self.tokenizer, cfg.n_batch, speculator=speculator,
+                                context_shift=cfg.context_shift, n_cache_reuse=cfg.cache_reuse,
+                                cache_ram_mib=cfg.cache_ram)
         source = template_source(cfg.chat_template or self.gguf.get("tokenizer.chat_template")
                                  or default_chat_template(cfg.model_path) or CHATML_TEMPLATE)
         tok = self.tokenizer
@@ -243,6 +249,7 @@ class ServerState:
         settings = {k: v for k, v in vars(p).items() if k != "logit_bias"}
         settings["n_predict"] = c.n_predict if c else self.cfg.n_predict
         settings["stop"] = c.stop if c else []
+        settings["n_keep"] = c.n_keep if c and c.n_keep is not None else self.cfg.n_keep
         settings["grammar"] = c.grammar_source if c else self.cfg.grammar_source
         settings.update(self.speculative_settings(c))
         return settings

@@ -188,6 +188,14 @@ SERVER = {
     "repack": (["--repack"], lambda r: r.cfg.repack is True),
     "load_mode": (["-lm", "none"], lambda r: r.cfg.load_mode == "none" and reads(
         "ServerState.load", "open_gguf(cfg.model_path, cfg.load_mode)")),
+    "context_shift": (["--context-shift"], lambda r: r.cfg.context_shift is True and reads(
+        "ServerState.load", "context_shift=cfg.context_shift")),
+    "n_keep": (["--keep", "-1"], lambda r: r.cfg.n_keep == -1 and reads(
+        "app", "n_keep=state.cfg.n_keep if c.n_keep is None else c.n_keep")),
+    "cache_reuse": (["--cache-reuse", "256"], lambda r: r.cfg.cache_reuse == 256 and reads(
+        "ServerState.load", "n_cache_reuse=cfg.cache_reuse")),
+    "cache_ram": (["-cram", "0"], lambda r: r.cfg.cache_ram == 0 and reads(
+        "ServerState.load", "cache_ram_mib=cfg.cache_ram")),
     "host": (["--host", "0.0.0.0"], lambda r: r.uvicorn["host"] == "0.0.0.0"),
     "port": (["--port", "9999"], lambda r: r.uvicorn["port"] == 9999),
     "parallel": (["-np", "3"], lambda r: r.cfg.n_parallel == 3),
