@@ -309,7 +309,10 @@ class _Part:
                 warn(f"Failed to open file '{self.path}' with error: {e.strerror}. Falling back "
                      f"to buffered I/O")
                 fd, direct = self._fh.fileno(), False
-        buf = mmap.mmap(-1, -(-self.size // align) * align)  # page-aligned, as O_DIRECT needs
+        # private anonymous pages (mmap's default for -1 is shared memory), page-aligned as
+        # O_DIRECT needs
+        buf = mmap.mmap(-1, -(-self.size // align) * align,
+                        flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         view, pos = memoryview(buf), 0
         try:
             while pos < self.size:
