@@ -31,8 +31,6 @@ def worker(engine: str, model: str, threads: int, n_ctx: int) -> None:
     """Serve timing requests on stdin: 'pp N' / 'tg N' -> seconds; 'rss' -> peak KiB."""
     import resource
 
-    import numpy as np
-
     if engine == "llama.cpp":
         sys.path.insert(0, str(ROOT))
         from tests.reference.llamacpp import load_llama
@@ -44,6 +42,8 @@ def worker(engine: str, model: str, threads: int, n_ctx: int) -> None:
 
         llm = Llama(model, n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=threads,
                     verbose=False)
+    import numpy as np  # after llamacpy, which sets OpenBLAS's thread timeout before it loads
+
     rng = np.random.default_rng(0)
     n_vocab = llm.n_vocab()
     print("ready", flush=True)

@@ -128,8 +128,8 @@ def main() -> None:
     if args.worker:
         return worker(args.worker, args)
     if not args.mmproj:
-        sys.path.insert(0, str(ROOT / "tests" / "reference" / "vision"))
-        from tiny_vision import make_bench_models
+        sys.path.insert(0, str(ROOT))  # tiny_vision imports tests.reference
+        from tests.reference.vision.tiny_vision import make_bench_models
 
         args.mmproj, args.text_model = map(str, make_bench_models(args.cache))
     res = {e: run_worker(e, args) for e in ("llama.cpp", "llamacpy")}

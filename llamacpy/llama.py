@@ -75,7 +75,7 @@ def speculator_for(draft_model, llm: Llama) -> Speculator | None:
         return None
     if isinstance(draft_model, SpecConfig):
         return build_speculator(draft_model, llm._tokenizer, llm._n_ctx, 1, llm.n_threads,
-                                llm.n_threads_batch)
+                                llm.n_threads_batch, llm._model)
     if hasattr(draft_model, "draft") and hasattr(draft_model, "n_max"):
         return Speculator([draft_model])
     if isinstance(draft_model, LlamaPromptLookupDecoding):

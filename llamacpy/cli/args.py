@@ -251,8 +251,9 @@ FLAGS = [
       help="image file for the prompt; repeat or comma-separate for several"),
     # speculative decoding (common_params_speculative; llama.cpp's defaults)
     f("--spec-type", dest="spec_type", env="LLAMA_ARG_SPEC_TYPE",
-      help="comma-separated speculative decoding types: none, ngram-simple, draft-simple "
-           "(default: none; draft-simple when -md is given)"),
+      help="comma-separated speculative decoding types: none, ngram-simple, draft-simple, "
+           "draft-mtp (the model's own MTP block) (default: none; draft-simple when -md is "
+           "given)"),
     f("-md", "--model-draft", "--spec-draft-model", dest="model_draft",
       env="LLAMA_ARG_SPEC_DRAFT_MODEL", help="draft model for speculative decoding"),
     f("--spec-draft-n-max", "--draft-max", "--draft", "--draft-n", dest="draft_max", type=int,
@@ -590,12 +591,14 @@ def spec_config(args: argparse.Namespace):
                      p_min=args.draft_p_min, n_ctx_draft=args.ctx_size_draft,
                      ngram_size_n=args.spec_ngram_size_n, ngram_size_m=args.spec_ngram_size_m)
     types = cfg.resolved_types()
+    users = {"draft": ("draft-simple", "draft-mtp"), "ctx": ("draft-simple",),
+             "spec": ("ngram-simple",)}  # the types that read each flag
     unused = [DRAFT_FLAGS[d] for d in DRAFT_FLAGS if d in getattr(args, "given", ())
-              and ("draft-simple" if d.startswith(("draft", "ctx")) else "ngram-simple")
-              not in types]
+              and not set(users[d.split("_")[0]]) & set(types)]
     if unused:
-        raise ValueError(f"{unused[0]} has no effect without "
-                         f"{'-md' if unused[0] in DRAFT_ONLY else '--spec-type ngram-simple'}")
+        needs = "-md or --spec-type draft-mtp" if unused[0] in DRAFT_ONLY else \
+            "-md" if unused[0] == "-cd" else "--spec-type ngram-simple"
+        raise ValueError(f"{unused[0]} has no effect without {needs}")
     return cfg if types else None
 
 
@@ -604,7 +607,7 @@ DRAFT_FLAGS = {"draft_max": "--spec-draft-n-max", "draft_min": "--spec-draft-n-m
                "draft_p_min": "--spec-draft-p-min", "ctx_size_draft": "-cd",
                "spec_ngram_size_n": "--spec-ngram-simple-size-n",
                "spec_ngram_size_m": "--spec-ngram-simple-size-m"}
-DRAFT_ONLY = {"--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min", "-cd"}
+DRAFT_ONLY = {"--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min"}
 
 
 def template_kwargs(args: argparse.Namespace) -> dict:

@@ -79,19 +79,28 @@ def top_probability(logits: np.ndarray, token: int) -> float:
 
 
 def build_speculator(cfg, target: Tokenizer, n_ctx: int, n_seq: int,
-                     n_threads: int | None = None, n_threads_batch: int | None = None):
+                     n_threads: int | None = None, n_threads_batch: int | None = None,
+                     target_model=None):
     """The Speculator a SpecConfig asks for, in llama.cpp's order (n-gram before a draft
-    model), or None; a draft model with another vocabulary is a ValueError."""
+    model, then the MTP block of `target_model`), or None; a draft model with another
+    vocabulary, or draft-mtp on a model without an MTP block, is a ValueError."""
     from ..format import open_gguf
     from ..models import load_model
+    from .mtp_draft import MtpDrafter
     from .speculative import NgramSimple, Speculator
 
     drafters = []
-    for kind in ("ngram-simple", "draft-simple"):
+    for kind in ("ngram-simple", "draft-simple", "draft-mtp"):
         if kind not in cfg.resolved_types():
             continue
         if kind == "ngram-simple":
             drafters.append(NgramSimple(cfg.ngram_size_n, cfg.ngram_size_m))
+            continue
+        if kind == "draft-mtp":
+            if target_model is None:
+                raise ValueError("--spec-type draft-mtp needs the target model")
+            drafters.append(MtpDrafter(target_model, n_ctx // n_seq, n_seq, cfg.n_max,
+                                       cfg.n_min, cfg.p_min))
             continue
         gguf = open_gguf(cfg.draft_model)
         check_compatible(target, Tokenizer.from_gguf(gguf))

@@ -8,8 +8,9 @@ accept with probability p(d), else the residual, which is p without d, renormali
 of rejected guesses are trimmed from the cache (a recurrent state restores a snapshot).
 
 Drafters: `NgramSimple` (--spec-type ngram-simple: the tokens that followed the last n-gram the
-last time it occurred) and `DraftModel` (-md: a small model with the target's vocabulary,
-greedy, stopping below p_min). Any object with `draft(seq, history, n_max)` works.
+last time it occurred), `DraftModel` (-md: a small model with the target's vocabulary,
+greedy, stopping below p_min) and `MtpDrafter` (--spec-type draft-mtp: the target's own MTP
+block, engine/mtp_draft.py). Any object with `draft(seq, history, n_max)` works.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash",
               "draft-dspark", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
               "ngram-cache")
-SUPPORTED_TYPES = ("none", "draft-simple", "ngram-simple")
+SUPPORTED_TYPES = ("none", "draft-simple", "draft-mtp", "ngram-simple")
 
 
 class Drafter(Protocol):

@@ -13,7 +13,8 @@ attention.recurrent_layers, else every full_attention_interval-th layer is atten
   sigmoid(ssm_beta x) drive the delta rule (kernels/delta_net.py) over a float32 state per value
   head; then an RMS norm (ssm_norm) gated by silu(attn_gate x), and ssm_out.
 The output head is tied to the token embedding when the file has no output.weight. A trailing MTP
-block (nextn_predict_layers) is bound but not run, as llama.cpp does outside MTP drafting.
+block (nextn_predict_layers) runs only as a drafter (--spec-type draft-mtp, engine/mtp_draft.py):
+it reads the trunk's final hidden states (h_nextn, which `forward` hands to `hidden_sink`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gguf.constants import Keys
 
 from ..memory.batch import Batch, Segment
 from ..memory.hybrid_cache import HybridCache, Snapshot
+from ..memory.kv_cache import KVCache
 from ..format import GGUFError, GGUFFile
 from ..kernels.delta_net import conv1d, delta_rule_chunked, delta_rule_recurrent, gates
 from ..ops.activations import silu
@@ -221,13 +223,17 @@ class Qwen35Layer:
 
 
 class MTPBlock:
-    """The multi-token-prediction block (llama_model_qwen35::load_block_mtp), bound by name and
-    shape-checked; generation does not run it."""
+    """The multi-token-prediction block (llama_model_qwen35::load_block_mtp and graph_mtp): a
+    full-attention decoder block over eh_proj([enorm(embed(x_p)) | hnorm(h_{p-1})]), where
+    h_{p-1} is the trunk's h_nextn at the position before (or the block's own output while it
+    drafts ahead); its output, normed, feeds the shared LM head. Its attention has a one-layer
+    cache of its own (`make_cache`)."""
 
     def __init__(self, w: Weights, il: int, a: ModelArgs):
         p = f"blk.{il}"
         self.attn_norm = w.vector(f"{p}.attn_norm.weight", a.n_embd)
         self.attention = GatedAttention(w, il, a)
+        self.attention.il = 0  # layer 0 of the block's own cache, not the trunk's layer il
         self.post_attention_norm = w.vector(f"{p}.post_attention_norm.weight", a.n_embd)
         self.ffn = GatedFFN(w, il, a, silu)
         self.eh_proj = w.linear(f"{p}.nextn.eh_proj", 2 * a.n_embd, a.n_embd)
@@ -235,6 +241,35 @@ class MTPBlock:
         self.hnorm = w.vector(f"{p}.nextn.hnorm.weight", a.n_embd)
         self.shared_head_norm = w.vector(f"{p}.nextn.shared_head_norm.weight", a.n_embd,
                                          optional=True)
+        embed = f"{p}.nextn.embed_tokens.weight"  # optional: the trunk's token_embd otherwise
+        self.embed_tokens = w.g.tensor(embed) if embed in w.g.tensors else None
+        self.shared_head_head = w.linear(f"{p}.nextn.shared_head_head", a.n_embd, a.n_vocab,
+                                         optional=True)
+        self.a = a
+
+    def make_cache(self, n_ctx: int, n_seq: int) -> KVCache:
+        a = self.a
+        return KVCache(1, n_seq, n_ctx, a.n_head_kv, a.head_dim_k, a.head_dim_v)
+
+    def forward(self, model: "Qwen35Model", batch: Batch, h: np.ndarray,
+                cache: KVCache) -> np.ndarray:
+        """h_nextn float32 [n, n_embd] of the block for batch.tokens paired row by row with
+        h [n, n_embd]; stores the rows' K/V in `cache` (the caller commits them)."""
+        a, eps = self.a, self.a.rms_eps
+        embed = model.token_embd if self.embed_tokens is None else self.embed_tokens
+        e = rms_norm(input_embeddings(embed, batch), self.enorm, eps)
+        x = self.eh_proj(np.concatenate([e, rms_norm(h, self.hnorm, eps)], axis=1))
+        segments = batch.segments()
+        ub = UBatch(batch, segments, segment_arrays(segments),
+                    mrope_cos_sin(a.rope, a.extra["rope_sections"], batch.mrope()), {})
+        x = x + self.attention(rms_norm(x, self.attn_norm, eps), ub, cache)
+        x = x + self.ffn(rms_norm(x, self.post_attention_norm, eps))
+        head_norm = self.shared_head_norm if self.shared_head_norm is not None \
+            else model.output_norm
+        return rms_norm(x, head_norm, eps)
+
+    def logits(self, model: "Qwen35Model", h: np.ndarray) -> np.ndarray:
+        return (model.output if self.shared_head_head is None else self.shared_head_head)(h)
 
 
 class Qwen35Model(LlamaModel):
@@ -245,6 +280,8 @@ class Qwen35Model(LlamaModel):
         super().__init__(g, repack)
         a, w = self.args, Weights(g, repack=False)
         self.mtp = [MTPBlock(w, il, a) for il in range(a.n_layer, a.n_layer + a.extra["n_nextn"])]
+        # called with (batch, h_nextn of every row) after each forward, when an MTP drafter runs
+        self.hidden_sink = None
 
     def read_args(self, g: GGUFFile) -> ModelArgs:
         return read_args(g)
@@ -268,10 +305,15 @@ class Qwen35Model(LlamaModel):
         ub = UBatch(batch, segments, segment_arrays(segments),
                     mrope_cos_sin(a.rope, a.extra["rope_sections"], batch.mrope()),
                     cache.plan_snapshots(segments))
+        sink = self.hidden_sink
         for il, layer in enumerate(self.layers):
             h = layer.mixer(rms_norm(x, layer.attn_norm, a.rms_eps), ub, cache)
-            if il == a.n_layer - 1:  # the last layer only needs the rows we return
+            if il == a.n_layer - 1 and sink is None:  # the last layer only needs the rows we return
                 x, h = x[batch.logits], h[batch.logits]
             x = x + h
             x = x + layer.ffn(rms_norm(x, layer.post_attention_norm, a.rms_eps))
-        return self.output(rms_norm(x, self.output_norm, a.rms_eps))
+        h_nextn = rms_norm(x, self.output_norm, a.rms_eps)
+        if sink is not None:  # an MTP drafter reads every row's (llama_get_embeddings_nextn)
+            sink(batch, h_nextn)
+            h_nextn = h_nextn[batch.logits]
+        return self.output(h_nextn)

@@ -101,7 +101,7 @@ class ServerState:
                       type_k=cfg.type_k, type_v=cfg.type_v, n_threads=cfg.n_threads,
                       n_threads_batch=cfg.n_threads_batch)
         speculator = build_speculator(cfg.speculative, self.tokenizer, n_ctx, cfg.n_parallel,
-                                      cfg.n_threads, cfg.n_threads_batch) \
+                                      cfg.n_threads, cfg.n_threads_batch, self.model) \
             if cfg.speculative else None
         self.engine = Scheduler(ctx, self.tokenizer, cfg.n_batch, speculator=speculator,
                                 context_shift=cfg.context_shift, n_cache_reuse=cfg.cache_reuse,

@@ -78,3 +78,28 @@ def test_llama_cli_with_a_draft_model(model, plain_text):
     bad = subprocess.run([sys.executable, "-m", "llamacpy", "cli", "-m", model, "-ngld", "9"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "-ngld 9 is not supported" in bad.stderr
+
+
+def test_mtp_drafts_through_the_server(tmp_path):
+    """--spec-type draft-mtp on the tiny Qwen3.5 with an MTP block: the greedy text of the Python
+    API without speculation, with drafts reported; a model without the block fails to start
+    with one line."""
+    from pathlib import Path
+
+    golden = Path(__file__).resolve().parents[1] / "golden" / "qwen35"
+    mtp = str(golden / "qwen35-mtp.gguf")
+    prompt = [int(t) for t in range(5, 29)]
+    plain = Llama(mtp, n_ctx=256, verbose=False)(prompt, max_tokens=24, temperature=0)[
+        "choices"][0]["text"]
+    s = start_server(["-m", mtp, "-c", "256", "--spec-type", "draft-mtp", "--draft-max", "3"],
+                     str(tmp_path / "log"))
+    try:
+        r = httpx.post(f"{s.url}/completion", timeout=120, json={
+            "prompt": prompt, "n_predict": 24, "temperature": 0, "ignore_eos": True}).json()
+    finally:
+        stop_server(s)
+    assert r["content"] == plain and r["timings"]["draft_n"] > 0
+    bad = subprocess.run([sys.executable, "-m", "llamacpy", "server", "-m",
+                          str(golden / "qwen35.gguf"), "--spec-type", "draft-mtp", "--port", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "needs a model with an MTP block" in bad.stderr
