@@ -5,7 +5,7 @@ llama-server inside a memory cgroup of the model's file size + 300 MB.
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python bench/load_modes.py modes \\
         [-m MODEL ...] [--modes mmap,none,mlock,mmap+mlock,dio] [--kv f16,q8_0] [--rounds 3]
     ... bench/load_modes.py repack [-m MODEL ...] [--rounds 3]
-    ... bench/load_modes.py cgroup [-m MODEL] [--modes mmap,none] [--headroom-mb 300]
+    ... bench/load_modes.py cgroup [-m MODEL] [--modes mmap,none] [--headroom-mb 300] [--kv q8_0]
 
 `modes`: every (model, KV type, mode, engine) loads in a fresh process, which reads a 128-token
 prompt and samples one token, then reports its load time, the time from the start of the load to
@@ -17,8 +17,8 @@ The page cache holds the file (warm), as for a server that is restarted.
 without --repack (Q5_0 / IQ4_NL weights re-encoded as Q8_0, Q6_K as bytes): tokens/s of the
 batched decode and the private memory it took.
 
-`cgroup`: llama-server with the wrapper's memory flags (-lm MODE --no-repack -ctk q8_0 -ctv q8_0
--fa on --no-warmup -c 3096) started inside a memory cgroup limited to the file size + 300 MB
+`cgroup`: llama-server with the wrapper's memory flags (-lm MODE --no-repack --no-warmup -c 3096,
+and with --kv q8_0 its -ctk q8_0 -ctv q8_0 -fa on) started inside a memory cgroup limited to the file size + 300 MB
 with no swap (cgroup v2 memory.max / memory.swap.max, or v1 memory.limit_in_bytes /
 memory.memsw.limit_in_bytes: systemd-run needs systemd as PID 1), then three chat requests;
 reports whether it served them or was killed, and the cgroup's peak usage.
@@ -228,8 +228,12 @@ def cgroup_anon(d: Path, version: str) -> float:
     return int(stat["rss" if version == "v1" else "anon"]) / 2**20
 
 
+WRAPPER_KV = ("-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on")  # the wrapper script's cache flags
+
+
 def serve_in_cgroup(model: str, mode: str, headroom_mb: int, threads: int,
-                    extra: list[str] = (), requests: int = 3, max_tokens: int = 32) -> dict:
+                    kv_flags: tuple[str, ...] = WRAPPER_KV, requests: int = 3,
+                    max_tokens: int = 32) -> dict:
     """llama-server with the wrapper's memory flags inside a cgroup of file size + headroom."""
     from tests.server.conftest import free_port
 
@@ -240,9 +244,8 @@ def serve_in_cgroup(model: str, mode: str, headroom_mb: int, threads: int,
     d, version = cgroup_dir(limit)
     port = free_port()
     cmd = [str(Path(sys.executable).parent / "llama-server"), "-m", str(path), "--load-mode",
-           mode, "--no-repack", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on", "--no-warmup",
-           "--ctx-size", "3096", "--threads", str(threads), "--host", "127.0.0.1", "--port",
-           str(port), *extra]
+           mode, "--no-repack", *kv_flags, "--no-warmup", "--ctx-size", "3096", "--threads",
+           str(threads), "--host", "127.0.0.1", "--port", str(port)]
     env = {k: v for k, v in os.environ.items()
            if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     launch = ["sh", "-c", f'echo $$ > {d}/cgroup.procs && exec "$@"', "sh", *cmd]
@@ -300,6 +303,7 @@ def cgroup_table(args) -> None:
     for model in args.models:
         for mode in args.modes:
             r = serve_in_cgroup(model, mode, args.headroom_mb, args.threads,
+                                WRAPPER_KV if args.kv == ["q8_0"] else (),
                                 max_tokens=args.max_tokens)
             print(f"| {model} | {mode} | {r['limit_mib']:.0f} | {r['served']}/{r['requests']} "
                   f"| {r['oom_kills']} | {r['peak_mib']:.0f} | {r['anon_mib']:.0f} | "
