@@ -34,6 +34,7 @@ from .chat.tools import ToolCallParser, detect_format, plan_tools, prepare_messa
     template_extras
 from .grammar import Grammar, LazyGrammarMask
 from .kernels import set_threads
+from .memory.kv_cache import kv_type_name, resolve_flash_attn
 from .models import load_model
 from .sampling import SamplingParams
 from .tokenizer import Tokenizer
@@ -139,7 +140,7 @@ DEFAULT_ONLY = {"kv_overrides": None,
                 "rope_scaling_type": -1, "pooling_type": -1, "rope_freq_base": 0.0,
                 "rope_freq_scale": 0.0, "yarn_ext_factor": -1.0, "yarn_attn_factor": 1.0,
                 "yarn_beta_fast": 32.0, "yarn_beta_slow": 1.0, "yarn_orig_ctx": 0,
-                "embedding": False, "flash_attn": False, "swa_full": None, "no_perf": False,
+                "embedding": False, "swa_full": None, "no_perf": False,
                 "last_n_tokens_size": 64, "lora_base": None, "lora_scale": 1.0,
                 "lora_path": None, "numa": False, "chat_handler": None,
                 "tokenizer": None, "spm_infill": False, "tfs_z": 1.0, "suffix": None,
@@ -176,11 +177,15 @@ class Llama:
                  n_ubatch: int = 512, n_threads: int | None = None,
                  n_threads_batch: int | None = None, seed: int = LLAMA_DEFAULT_SEED,
                  vocab_only: bool = False, logits_all: bool = False, verbose: bool = True,
-                 chat_format: str | None = None, repack: bool = False, type_k: str = "f16",
-                 type_v: str = "f16", draft_model: LlamaDraftModel | None = None,
+                 chat_format: str | None = None, repack: bool = False,
+                 type_k: str | int | None = None, type_v: str | int | None = None,
+                 flash_attn: bool | str = False, draft_model: LlamaDraftModel | None = None,
                  use_mmap: bool = True, use_mlock: bool = False, load_mode: str | None = None,
                  **kwargs: Any):
         check_arguments("Llama", kwargs)
+        # ggml type ids (llama-cpp-python) or -ctk names; flash_attn=False is -fa off there too
+        type_k, type_v = kv_type_name(type_k), kv_type_name(type_v)
+        resolve_flash_attn({True: "on", False: "off"}.get(flash_attn, flash_attn), type_k, type_v)
         self.draft_model = draft_model
         if chat_format is not None:
             raise NotSupportedError("Llama: chat_format is not supported by llamacpy: the "

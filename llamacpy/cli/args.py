@@ -36,6 +36,15 @@ def f(*names, dest, type=str, default=None, env=None, help="", tools=("cli", "se
     return Flag(tuple(names), dest, type, default, env, help, tools, const)
 
 
+def flash_attn_value(value: str) -> str:
+    """-fa VALUE as on, off or auto (common_arg_utils: is_truthy, is_falsey, is_autoy)."""
+    for name, words in (("on", ("on", "enabled", "true", "1")),
+                        ("off", ("off", "disabled", "false", "0")), ("auto", ("auto", "-1"))):
+        if value in words:
+            return name
+    raise argparse.ArgumentTypeError(f"unknown value for --flash-attn: '{value}'")
+
+
 def load_mode(value: str) -> str:
     """-lm MODE: one of llama.cpp's load modes."""
     from ..format.reader import check_load_mode
@@ -157,9 +166,14 @@ FLAGS = [
     f("-l", "--logit-bias", dest="logit_bias", type=list,
       help="TOKEN_ID(+/-)BIAS, repeatable: 15043+1 raises token 15043, 15043-inf bans it"),
     f("-ctk", "--cache-type-k", dest="cache_type_k", default="f16",
-      env="LLAMA_ARG_CACHE_TYPE_K", help="KV cache type for K: f16 or f32"),
+      env="LLAMA_ARG_CACHE_TYPE_K", help="KV cache data type for K; allowed values: f32, f16, "
+      "bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1 (default: f16)"),
     f("-ctv", "--cache-type-v", dest="cache_type_v", default="f16",
-      env="LLAMA_ARG_CACHE_TYPE_V", help="KV cache type for V: f16 or f32"),
+      env="LLAMA_ARG_CACHE_TYPE_V", help="KV cache data type for V; allowed values: f32, f16, "
+      "bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1 (default: f16)"),
+    f("-fa", "--flash-attn", dest="flash_attn", type=flash_attn_value, default="auto",
+      env="LLAMA_ARG_FLASH_ATTN", help="set Flash Attention use ('on', 'off', or 'auto', "
+      "default: 'auto'); a quantized V cache needs it on"),
     f("--repack", dest="repack", type=SWITCH, default=None, env="LLAMA_ARG_REPACK",
       help="re-encode Q5_0/IQ4_NL weights as Q8_0: faster batched decoding, more memory "
            "(default: only llama-server with --parallel > 1)"),
@@ -297,7 +311,8 @@ FLAGS += [
 ]
 PERPLEXITY_SHARED = {"model", "hf_repo", "ctx_size", "batch_size", "ubatch_size", "threads",
                      "threads_batch", "n_gpu_layers", "device", "prompt", "file", "cache_type_k",
-                     "cache_type_v", "repack", "verbose", "verbosity", "log_disable", "log_file"}
+                     "cache_type_v", "flash_attn", "repack", "verbose", "verbosity",
+                     "log_disable", "log_file"}
 FLAGS = [Flag(fl.names, fl.dest, fl.type, fl.default, fl.env, fl.help,
               fl.tools + ("perplexity",), fl.const) if fl.dest in PERPLEXITY_SHARED else fl
          for fl in FLAGS]
@@ -311,8 +326,7 @@ NOT_SUPPORTED = {
                          "-ts", "--tensor-split", "-mg", "--main-gpu",
                          "--audio", "--video", "-mmu", "--mmproj-url", "--prompt-cache",
                          "--media-path",
-                         "--models-dir", "--models-preset", "--slot-save-path", "-fa",
-                         "--flash-attn", "--embd-normalize",
+                         "--models-dir", "--models-preset", "--slot-save-path", "--embd-normalize",
                          "-gan", "-gaw", "--pooling", "--in-prefix", "--in-suffix")},
     **{k: False for k in ("--swa-full", "-i", "--embedding", "--embeddings",
                           "--rerank", "--reranking",
@@ -488,12 +502,16 @@ def verbosity(args: argparse.Namespace) -> int:
 
 
 def cache_types(args: argparse.Namespace) -> tuple[str, str]:
-    """-ctk and -ctv, checked (ValueError naming an unsupported type)."""
-    from ..memory.kv_cache import cache_dtype
+    """-ctk and -ctv, checked (ValueError naming an unsupported type), with llama.cpp's -fa rule:
+    a quantized V cache turns -fa auto on (and says so), and -fa off refuses to start."""
+    from ..memory.kv_cache import resolve_flash_attn
 
-    for name in (args.cache_type_k, args.cache_type_v):
-        cache_dtype(name)
+    args.flash_attn, note = resolve_flash_attn(args.flash_attn, args.cache_type_k,
+                                               args.cache_type_v)
+    if note and verbosity(args) >= LOG_INFO:
+        print(f"llama_init_from_model: {note}", file=sys.stderr)
     return args.cache_type_k, args.cache_type_v
+
 
 
 def chat_template_text(args: argparse.Namespace) -> str | None:

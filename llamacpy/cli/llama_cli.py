@@ -53,7 +53,8 @@ def llama_kwargs(args) -> dict:
     return {"n_ctx": args.ctx_size, "n_batch": args.batch_size, "n_ubatch": args.ubatch_size,
             "n_threads": args.threads if args.threads > 0 else None,
             "n_threads_batch": args.threads_batch if args.threads_batch > 0 else None,
-            "type_k": type_k, "type_v": type_v, "repack": bool(args.repack),
+            "type_k": type_k, "type_v": type_v, "flash_attn": args.flash_attn,
+            "repack": bool(args.repack),
             "load_mode": args.load_mode,
             "verbose": verbosity(args) >= LOG_DEBUG, "draft_model": spec_config(args)}
 
@@ -72,7 +73,8 @@ def log_settings(llm: Llama, args) -> None:
     n_threads, n_threads_batch = llm._ctx.thread_counts()
     p = sampling_params(args)
     print(f"{TOOL}: n_ctx = {llm.n_ctx()}, n_batch = {args.batch_size}, n_ubatch = "
-          f"{args.ubatch_size}, type_k = {args.cache_type_k}, type_v = {args.cache_type_v}\n"
+          f"{args.ubatch_size}, type_k = {args.cache_type_k}, type_v = {args.cache_type_v}, "
+          f"flash_attn = {args.flash_attn}\n{TOOL}: {llm._ctx.cache.describe()}\n"
           f"{TOOL}: n_threads = {n_threads}, n_threads_batch = {n_threads_batch}\n"
           f"{TOOL}: sampler chain: {' -> '.join(p.samplers)}; seed = {p.seed}, temp = "
           f"{p.temperature}, top_k = {p.top_k}, top_p = {p.top_p}, min_p = {p.min_p}",

@@ -44,7 +44,7 @@ def server_config(args):
     return ServerConfig(
         model_path=str(resolve_model(args.model)), alias=args.alias or "", n_ctx=args.ctx_size,
         n_parallel=max(1, args.parallel), n_batch=args.batch_size, n_ubatch=args.ubatch_size,
-        n_predict=args.n_predict, type_k=type_k, type_v=type_v,
+        n_predict=args.n_predict, type_k=type_k, type_v=type_v, flash_attn=args.flash_attn,
         repack=repack_default(args), load_mode=args.load_mode, **context_controls(args),
         api_keys=api_keys(args),
         webui=args.webui,
@@ -172,6 +172,8 @@ def serve(args, cfg) -> int:
             exit_code[0] = 1
             server.should_exit = True
             return
+        log(args, f"llama_context: flash_attn = {cfg.flash_attn}; "
+                  f"{state.engine.ctx.cache.describe()}")
         threads = state.thread_counts()
         log(args, f"system info: n_threads = {threads['n_threads']}, n_threads_batch = "
                   f"{threads['n_threads_batch']}, total_threads = {os.cpu_count()}")

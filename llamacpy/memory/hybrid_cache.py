@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .batch import Segment
-from .kv_cache import KVCache, cache_dtype
+from .kv_cache import KVCache, cell_layout
 
 # snapshot a prompt chunk this many tokens before its end too (llama.cpp server-context.cpp:
 # checkpoint_offsets = {4 + n_ubatch, 4})
@@ -55,8 +55,7 @@ class HybridCache(KVCache):
                  d_v: int, conv_shape: tuple[int, int], ssm_shape: tuple[int, int, int],
                  type_k: str = "f16", type_v: str = "f16", max_snapshots: int = MAX_SNAPSHOTS):
         super().__init__(0, n_seq, n_ctx, n_head_kv, d_k, d_v, type_k, type_v)
-        dk, dv = cache_dtype(type_k), cache_dtype(type_v)
-        shape_k, shape_v = (n_seq, n_ctx, n_head_kv, d_k), (n_seq, n_ctx, n_head_kv, d_v)
+        shape_k, shape_v, dk, dv = cell_layout(type_k, type_v, n_seq, n_ctx, n_head_kv, d_k, d_v)
         self.k = [None if r else np.zeros(shape_k, dk) for r in recurrent]  # [seq, pos, head, d]
         self.v = [None if r else np.zeros(shape_v, dv) for r in recurrent]
         self.conv = [np.zeros((n_seq, *conv_shape), np.float32) if r else None

@@ -189,7 +189,8 @@ def attend_cached(q: np.ndarray, k: np.ndarray, v: np.ndarray, il: int, batch: B
                   segments: list[Segment], cache: KVCache, n_swa: int,
                   scale: float) -> np.ndarray:
     """Store each segment's k/v [n, n_head_kv, d] in layer il's cache, then attend over it:
-    float32 [n, n_head, d_v]."""
+    float32 [n, n_head, d_v]. A quantized cache rotates q and the output (KVCache.rotate_q)."""
+    q = cache.rotate_q(q)
     out = np.empty((q.shape[0], q.shape[1], v.shape[2]), np.float32)
     stored = False
     if 1 < len(segments) == q.shape[0] and all(s.causal for s in segments):
@@ -197,14 +198,14 @@ def attend_cached(q: np.ndarray, k: np.ndarray, v: np.ndarray, il: int, batch: B
         cache.store_rows(il, batch.seq_ids, batch.positions, k, v)
         stored = True
         if attend_seqs(q, cache.k[il], cache.v[il], batch.seq_ids, batch.positions, n_swa,
-                       scale, out):
-            return out
+                       scale, out, cache.types):
+            return cache.unrotate_out(out)
     for s in segments:
         if not stored:
             cache.store(il, s.seq, s.pos0, k[s.rows], v[s.rows])
         attend_segment(q[s.rows], cache.k[il][s.seq], cache.v[il][s.seq], s,
-                       batch.positions[s.rows], n_swa, scale, out[s.rows])
-    return out
+                       batch.positions[s.rows], n_swa, scale, out[s.rows], cache.types)
+    return cache.unrotate_out(out)
 
 
 def input_embeddings(token_embd, batch: Batch, token_scale: float = 1.0) -> np.ndarray:

@@ -16,23 +16,28 @@ __all__ = ["attend_non_causal", "attend_segment", "attend_seqs"]
 
 
 def attend_segment(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, s: Segment,
-                   positions: np.ndarray, n_swa: int, scale: float, out: np.ndarray) -> None:
+                   positions: np.ndarray, n_swa: int, scale: float, out: np.ndarray,
+                   types: tuple[str, str] | None = None) -> None:
     """q float32 [n, n_head, d_k] of segment `s` -> out [n, n_head, d_v]; caches [n_ctx, n_kv,
-    d] of this sequence and layer, already holding the segment's own keys and values."""
+    units] of this sequence and layer, of the KV types `types` (None: f16 or f32 by dtype),
+    already holding the segment's own keys and values."""
     if s.causal:
-        attend(q, k_cache, v_cache, positions, n_swa, scale, out)
+        attend(q, k_cache, v_cache, positions, n_swa, scale, out, types)
     else:
-        out[:] = attend_non_causal(q, k_cache, v_cache, positions, n_swa, scale)
+        out[:] = attend_non_causal(q, k_cache, v_cache, positions, n_swa, scale, types)
 
 
 def attend_non_causal(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,
-                      positions: np.ndarray, n_swa: int, scale: float) -> np.ndarray:
+                      positions: np.ndarray, n_swa: int, scale: float,
+                      types: tuple[str, str] | None = None) -> np.ndarray:
     """Every query sees keys [lo, hi): hi is the segment's end, lo = p - n_swa + 1 with a
-    window (else 0). Plain numpy with BLAS; image chunks are a few hundred rows."""
+    window (else 0). Plain numpy with BLAS over the visible cells as float32; image chunks are
+    a few hundred rows."""
     n, n_head, _ = q.shape
     hi = int(positions[-1]) + 1
     lo = max(0, int(positions[0]) - n_swa + 1) if n_swa > 0 else 0
-    keys, values = to_f32(k_cache[lo:hi]), to_f32(v_cache[lo:hi])  # [m, n_kv, d]
+    tk, tv = types or (None, None)
+    keys, values = to_f32(k_cache[lo:hi], tk), to_f32(v_cache[lo:hi], tv)  # [m, n_kv, d]
     group = n_head // keys.shape[1]
     key_pos = np.arange(lo, hi)
     masked = (positions[:, None] - key_pos[None, :] >= n_swa) if n_swa > 0 else None

@@ -40,6 +40,7 @@ class ServerConfig:
     n_predict: int = -1
     type_k: str = "f16"
     type_v: str = "f16"
+    flash_attn: str = "auto"  # -fa on / off / auto (a quantized V cache turned auto on)
     repack: bool = False
     load_mode: str = "auto"  # -lm: how the model's weights are held (format/reader.py)
     context_shift: bool = False  # --context-shift: a full context drops old tokens, goes on
@@ -281,7 +282,8 @@ class ServerState:
             "media_marker": media_marker(),
             "build_info": "llamacpy", "is_sleeping": False,
             "webui": self.cfg.webui, "api_key_required": bool(self.api_keys),
-            **self.thread_counts(),
+            "cache_type_k": self.cfg.type_k, "cache_type_v": self.cfg.type_v,
+            "flash_attn": self.cfg.flash_attn, **self.thread_counts(),
         }
 
     def thread_counts(self) -> dict:

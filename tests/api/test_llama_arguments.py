@@ -19,7 +19,7 @@ def llm():
 @pytest.mark.parametrize("kwargs", [{"lora_path": "x.gguf"}, {"embedding": True},
                                     {"numa": True}, {"rope_freq_base": 1e6},
                                     {"chat_format": "chatml"}, {"draft_model": object()},
-                                    {"flash_attn": True}, {"kv_overrides": {"a": 1}}])
+                                    {"kv_overrides": {"a": 1}}])
 def test_constructor_refuses_what_it_would_ignore(kwargs):
     with pytest.raises(NotSupportedError, match=next(iter(kwargs))):
         Llama(TINY, **kwargs)

@@ -185,6 +185,7 @@ SERVER = {
        for dest, (argv, field, value) in SAMPLING.items()},
     "cache_type_k": (["-ctk", "f32"], lambda r: r.cfg.type_k == "f32"),
     "cache_type_v": (["-ctv", "f32"], lambda r: r.cfg.type_v == "f32"),
+    "flash_attn": (["-fa", "on"], lambda r: r.cfg.flash_attn == "on"),
     "repack": (["--repack"], lambda r: r.cfg.repack is True),
     "load_mode": (["-lm", "none"], lambda r: r.cfg.load_mode == "none" and reads(
         "ServerState.load", "open_gguf(cfg.model_path, cfg.load_mode)")),
@@ -258,6 +259,7 @@ CLI = {
        for dest, (argv, field, value) in SAMPLING.items()},
     "cache_type_k": (["-ctk", "f32"], lambda r: r.llama["type_k"] == "f32"),
     "cache_type_v": (["-ctv", "f32"], lambda r: r.llama["type_v"] == "f32"),
+    "flash_attn": (["-fa", "off"], lambda r: r.llama["flash_attn"] == "off"),
     "repack": (["--repack"], lambda r: r.llama["repack"] is True),
     "load_mode": (["--load-mode", "mlock"], lambda r: r.llama["load_mode"] == "mlock"),
     "reasoning": (["-rea", "off"], lambda r: flags.template_kwargs(r.args) == {
@@ -384,7 +386,8 @@ def test_sequence_breaker_none_clears_them():
 @pytest.mark.parametrize("argv", [["-l", "15"], ["-l", "x+1"], ["-l", "15*2"], ["-l", "15+"],
                                   ["--dry-base", "0.5"], ["--repeat-last-n", "-2"],
                                   ["--dry-penalty-last-n", "-5"], ["-rea", "maybe"],
-                                  ["-ctk", "q4_0"], ["--samplers", "top_k;bogus"],
+                                  ["-ctk", "q4_k"], ["-ctv", "q8_0", "-fa", "off"],
+                                  ["--samplers", "top_k;bogus"],
                                   ["--sampling-seq", "kq"], ["--spec-type", "ngram-mod"],
                                   ["--spec-type", "bogus"], ["--spec-type", "draft-simple"],
                                   ["--draft-max", "8"], ["--spec-ngram-simple-size-n", "4"],
