@@ -222,6 +222,22 @@ FLAGS = [
     f("--webui", "--ui", dest="webui", type=SWITCH, default=True, env="LLAMA_ARG_UI",
       tools=("server",)),
     f("--no-webui", "--no-ui", dest="webui", type=SWITCH, const=False, tools=("server",)),
+    # router mode (llama-server without -m: one child llama-server per model, server/router.py)
+    f("--models-dir", dest="models_dir", env="LLAMA_ARG_MODELS_DIR", tools=("server",),
+      help="router mode: a folder of models (*.gguf, or one subfolder per model)"),
+    f("--models-preset", dest="models_preset", env="LLAMA_ARG_MODELS_PRESET", tools=("server",),
+      help="router mode: an INI file of model presets ([*] for every model, [name] for one)"),
+    f("--models-max", dest="models_max", type=int, default=4, env="LLAMA_ARG_MODELS_MAX",
+      tools=("server",), help="router mode: models loaded at once (default: 4, 0 = unlimited)"),
+    f("--models-autoload", dest="models_autoload", type=SWITCH, default=True,
+      env="LLAMA_ARG_MODELS_AUTOLOAD", tools=("server",),
+      help="router mode: load a model when a request names it (default)"),
+    f("--no-models-autoload", dest="models_autoload", type=SWITCH, const=False,
+      tools=("server",), help="router mode: a request for an unloaded model is a 400"),
+    f("--sleep-idle-seconds", dest="sleep_idle_seconds", type=int, default=-1,
+      env="LLAMA_ARG_SLEEP_IDLE_SECONDS", tools=("server",),
+      help="router mode: unload a model idle this long; it sleeps until the next request "
+           "(-1 = never)"),
     f("--metrics", dest="metrics", type=SWITCH, default=False, env="LLAMA_ARG_ENDPOINT_METRICS",
       tools=("server",)),
     f("--slots", dest="slots", type=SWITCH, default=True, env="LLAMA_ARG_ENDPOINT_SLOTS",
@@ -326,7 +342,7 @@ NOT_SUPPORTED = {
                          "-ts", "--tensor-split", "-mg", "--main-gpu",
                          "--audio", "--video", "-mmu", "--mmproj-url", "--prompt-cache",
                          "--media-path",
-                         "--models-dir", "--models-preset", "--slot-save-path", "--embd-normalize",
+                         "--slot-save-path", "--embd-normalize",
                          "-gan", "-gaw", "--pooling", "--in-prefix", "--in-suffix")},
     **{k: False for k in ("--swa-full", "-i", "--embedding", "--embeddings",
                           "--rerank", "--reranking",
@@ -511,7 +527,6 @@ def cache_types(args: argparse.Namespace) -> tuple[str, str]:
     if note and verbosity(args) >= LOG_INFO:
         print(f"llama_init_from_model: {note}", file=sys.stderr)
     return args.cache_type_k, args.cache_type_v
-
 
 
 def chat_template_text(args: argparse.Namespace) -> str | None:

@@ -115,10 +115,13 @@ def with_http_threads(app, n_threads: int):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args("server", TOOL, __doc__, sys.argv[1:] if argv is None else argv)
-    if not args.model:
-        print(f"{TOOL}: error: a model is required (-m FILE or a catalogue name)", file=sys.stderr)
-        return 1
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args("server", TOOL, __doc__, argv)
+    from ..server import router
+
+    if not args.model:  # router mode: every model of the cache, --models-dir, --models-preset
+        return router.main(args, argv)
+    router.refuse_router_flags(args)
     try:
         cfg = server_config(args)
     except (ValueError, OSError, FileNotFoundError, KeyError, RuntimeError) as e:

@@ -60,6 +60,8 @@ LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailab
 class Gate:
     """ASGI middleware: API keys, then the loading state, then llama.cpp's 404 shape."""
 
+    public = PUBLIC_PATHS  # paths that need no API key
+
     def __init__(self, app, state: ServerState):
         self.app, self.state = app, state
 
@@ -69,7 +71,7 @@ class Gate:
         path = scope["path"]
         if scope["method"] == "OPTIONS":
             return await PlainTextResponse("", headers=cors())(scope, receive, send)
-        if self.state.api_keys and path not in PUBLIC_PATHS and not self._key_ok(scope):
+        if self.state.api_keys and path not in self.public and not self._key_ok(scope):
             return await error("Invalid API Key", "authentication_error")(scope, receive, send)
         if not self.state.ready and path not in ALLOWED_WHILE_LOADING:
             return await JSONResponse(LOADING, 503)(scope, receive, send)
@@ -95,8 +97,16 @@ FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
 async def read_json(request: Request) -> dict:
-    """The body as a JSON object (params.parse_body): not a form, at most MAX_BODY bytes (else
-    413); a large one is parsed off the event loop."""
+    """The body as a JSON object (params.parse_body); a large one is parsed off the event
+    loop."""
+    raw = await read_body(request)
+    if len(raw) > 1 << 20:
+        return await asyncio.to_thread(parse_body, raw)
+    return parse_body(raw)
+
+
+async def read_body(request: Request) -> bytes:
+    """The raw body: not a form, at most MAX_BODY bytes (else 413)."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind in FORM_TYPES:
         raise RequestError(f"the request body must be JSON, not {kind}")
@@ -109,9 +119,7 @@ async def read_json(request: Request) -> dict:
         raw += chunk
         if len(raw) > MAX_BODY:
             raise too_large
-    if len(raw) > 1 << 20:
-        return await asyncio.to_thread(parse_body, bytes(raw))
-    return parse_body(bytes(raw))
+    return bytes(raw)
 
 
 def limits(state: ServerState) -> Limits:

@@ -204,6 +204,12 @@ SERVER = {
     "api_key": (["--api-key", "k1,k2"], lambda r: r.cfg.api_keys == ["k1", "k2"]),
     "api_key_file": (["--api-key-file", "{keys}"], lambda r: r.cfg.api_keys == ["k3"]),
     "webui": (["--no-webui"], lambda r: r.cfg.webui is False),
+    # router mode's flags (tests/server/test_router.py); with -m they would do nothing
+    "models_dir": Refused("--models-dir", "models"),
+    "models_preset": Refused("--models-preset", "models.ini"),
+    "models_max": Refused("--models-max", "2"),
+    "models_autoload": Refused("--no-models-autoload"),
+    "sleep_idle_seconds": Refused("--sleep-idle-seconds", "5"),
     "metrics": (["--metrics"], lambda r: r.cfg.metrics is True),
     "slots": (["--no-slots"], lambda r: r.cfg.slots is False),
     "timeout": (["-to", "5"], lambda r: r.uvicorn["timeout_keep_alive"] == 5),
