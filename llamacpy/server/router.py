@@ -125,9 +125,10 @@ def autoload(request: Request) -> bool:
     return request.app.state.autoload if not value else value in ("true", "1")
 
 
-async def routed(request: Request, name) -> Instance:
+async def routed(request: Request, name, touch: bool) -> Instance:
     """The model a request names, ready to take it (router_validate_model, then
-    ensure_model_ready when autoloading; a sleeping model always wakes)."""
+    ensure_model_ready when autoloading; a sleeping model always wakes). The model counts as
+    busy from here, so no other load evicts it before the request reaches it."""
     if not isinstance(name, str) or not name:
         raise RouterError("model name is missing from the request")
     models = models_of(request)
@@ -137,22 +138,26 @@ async def routed(request: Request, name) -> Instance:
     load = autoload(request)
     if not load and inst.status not in RUNNING:
         raise RouterError("model is not loaded")
-    if load or inst.status == "sleeping":
-        await models.ensure_ready(inst)
-    if inst.proc is None:
-        raise RouterError(f"model name={inst.name} is not running")
+    models.begin(inst, touch)
+    try:
+        if load or inst.status == "sleeping":
+            await models.ensure_ready(inst)
+        if inst.proc is None:
+            raise RouterError(f"model name={inst.name} is not running")
+    except BaseException:
+        models.end(inst, touch)
+        raise
     return inst
 
 
 async def proxy(request: Request, inst: Instance, body: bytes | None, touch: bool) -> Response:
-    """Forward the request to the model's child and relay its answer as it comes (a stream
-    is never buffered); the model counts as busy until the answer has been relayed."""
+    """Forward the request to the model's child (routed() counted it in) and relay its answer
+    as it comes (a stream is never buffered); the model is busy until it has been relayed."""
     models, client = models_of(request), request.app.state.client
     url = f"http://{CHILD_HOST}:{inst.port}{request.url.path}"
     if request.url.query:
         url += "?" + request.url.query
     headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_HEADERS]
-    models.begin(inst, touch)
     try:
         upstream = await client.send(client.build_request(request.method, url, headers=headers,
                                                           content=body), stream=True)
@@ -177,12 +182,12 @@ async def proxy(request: Request, inst: Instance, body: bytes | None, touch: boo
 async def proxy_post(request: Request) -> Response:
     raw = await read_body(request)
     name = parse_body(raw).get("model")
-    inst = await routed(request, name)
-    return await proxy(request, inst, raw, touch=True)  # POSTs count as use (LRU, idle)
+    inst = await routed(request, name, touch=True)  # POSTs count as use (LRU, idle)
+    return await proxy(request, inst, raw, touch=True)
 
 
 async def proxy_get(request: Request) -> Response:
-    inst = await routed(request, request.query_params.get("model", ""))
+    inst = await routed(request, request.query_params.get("model", ""), touch=False)
     return await proxy(request, inst, None, touch=False)
 
 

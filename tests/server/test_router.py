@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -251,6 +252,18 @@ def test_chat_with_each_model_evicts_the_last(router, name):
     assert [m for m, e in models.items() if e["status"]["value"] != "unloaded"] == [name]
     for m in before - {name}:
         assert "failed" not in models[m]["status"]
+
+
+def test_requests_for_two_models_at_once_both_answer(router):
+    """Under --models-max 1 a request for another model waits for a model to be idle (as
+    llama.cpp queues it) instead of failing: both answer, and one model is left loaded."""
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda m: chat(router, m, max_tokens=4), [GEMMA, SMOL]))
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+    assert [a.json()["model"] for a in answers] == [GEMMA, SMOL]
+    loaded = [m for m, e in listing(router).items() if e["status"]["value"] != "unloaded"]
+    assert len(loaded) == 1 and loaded[0] in (GEMMA, SMOL)
+    assert not any("failed" in e["status"] for e in listing(router).values())
 
 
 def test_stream_is_relayed_as_it_is_generated(router):
