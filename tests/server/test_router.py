@@ -398,7 +398,7 @@ def test_issue_command_line(model_paths, tmp_path):
 def test_web_page_model_selector(router):
     from playwright.sync_api import sync_playwright
 
-    from .test_webui import BROWSER_ARGS
+    from .test_webui import ARTIFACTS, BROWSER_ARGS
 
     post(router, "/models/unload", {"model": SMOL})
     wait_status(router, SMOL, "unloaded", timeout=60)
@@ -424,6 +424,8 @@ def test_web_page_model_selector(router):
                                timeout=300_000)
         assert page.locator(".assistant .content").last.inner_text().strip()
         assert not page.locator(".assistant .error").count()
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "webui-router.png"), full_page=True)
         browser.close()
 
 
@@ -436,7 +438,8 @@ def test_sleep_idle_seconds_and_preset_options(model_paths, tmp_path):
     d.mkdir()
     (d / f"{SMOL}.gguf").symlink_to(model_paths["smollm2-135m"])
     ini = tmp_path / "models.ini"
-    ini.write_text(f"[*]\nc = 512\n\n[{SMOL}]\nn-predict = 3\n")
+    ini.write_text(f"[*]\nc = 512\n\n[{SMOL}]\nn-predict = 3\n\n"
+                   f"[broken]\nmodel = {tmp_path / 'missing.gguf'}\n")
     r = start_router(tmp_path, ["--models-dir", str(d), "--models-preset", str(ini),
                                 "--sleep-idle-seconds", "2", "--no-warmup", "-t", "1"])
     try:
@@ -451,6 +454,12 @@ def test_sleep_idle_seconds_and_preset_options(model_paths, tmp_path):
         assert chat(r, SMOL).status_code == 200  # the next request wakes it
         assert listing(r)[SMOL]["status"]["value"] == "loaded"
         pid = child_pid(r, SMOL)
+        # a model whose child cannot start: the request fails, the router and SMOL stay up
+        assert_error(chat(r, "broken"), 500, "model name=broken failed to load", "server_error")
+        status = listing(r)["broken"]["status"]
+        assert status["value"] == "unloaded" and status["failed"] is True
+        assert status["exit_code"] == 1
+        assert listing(r)[SMOL]["status"]["value"] == "loaded"  # --models-max 4: both fit
         r.proc.kill()  # no clean-up: the parent-death signal stops the child
         r.proc.wait()
         assert gone(pid), "the child outlived a killed router"
