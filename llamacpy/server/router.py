@@ -35,6 +35,7 @@ TOOL = "llama-server"
 ROUTER_ONLY = ("models_dir", "models_preset", "models_max", "models_autoload",
                "sleep_idle_seconds")
 NEEDS_MODEL = ("mmproj", "alias")  # per-model settings: a folder or a preset gives them
+STOP_GRACE = 5  # seconds a stream may go on after SIGTERM
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive",
                "upgrade", "proxy-connection", "te", "trailer"}
 
@@ -333,8 +334,11 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     cfg.log(f"available models ({len(models.table)}): " + ", ".join(
         f"[{i.spec.source}] {name}" for name, i in models.table.items()))
     settings = uvicorn_settings(args, SimpleNamespace(verbosity=verbosity(args)))
+    # on SIGTERM open streams get STOP_GRACE seconds, then the children stop (llama.cpp's
+    # router stops its HTTP server at once)
     server = uvicorn.Server(uvicorn.Config(
-        build_router_app(models, keys, args.webui, args.timeout), **settings))
+        build_router_app(models, keys, args.webui, args.timeout),
+        timeout_graceful_shutdown=STOP_GRACE, **settings))
     install_signal_handlers(server)
     cfg.log(f"listening on http://{args.host}:{args.port} (router mode: models load on "
             f"demand)")

@@ -468,10 +468,20 @@ def test_sleep_idle_seconds_and_preset_options(model_paths, tmp_path):
 
 
 def test_children_stop_with_the_router(router):
-    """Last: SIGTERM ends the router cleanly, and its children before it."""
+    """Last: SIGTERM ends the router cleanly, and its children before it, even with a stream
+    open that would run for minutes."""
     resp = chat(router, GEMMA)
     assert resp.status_code == 200, resp.text
     pid = child_pid(router, GEMMA)
-    router.proc.send_signal(signal.SIGTERM)
-    assert router.proc.wait(timeout=60) == 0
+    body = {"model": GEMMA, "messages": [{"role": "user", "content": "Count."}],
+            "max_tokens": 3000, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", router.url + "/v1/chat/completions", json=body, headers=AUTH,
+                      timeout=300) as stream:
+        lines = stream.iter_lines()
+        next(line for line in lines if '"content": "' in line)
+        router.proc.send_signal(signal.SIGTERM)
+        assert router.proc.wait(timeout=30) == 0
+        with pytest.raises(httpx.HTTPError):
+            for _ in lines:  # the stream ends without its last chunk
+                pass
     assert gone(pid, timeout=5)
