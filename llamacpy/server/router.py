@@ -340,7 +340,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         build_router_app(models, keys, args.webui, args.timeout),
         timeout_graceful_shutdown=STOP_GRACE, **settings))
     install_signal_handlers(server)
-    cfg.log(f"listening on http://{args.host}:{args.port} (router mode: models load on "
+    cfg.log(f"starting on http://{args.host}:{args.port} (router mode: models load on "
             f"demand)")
     try:
         server.run()
