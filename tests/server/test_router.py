@@ -68,7 +68,7 @@ def models_folder(root: Path, model_paths) -> Path:
     return d
 
 
-def start_router(root: Path, args: list[str], cached: Path | None = None):
+def start_router(root: Path, args: list[str], cached: Path | None = None, **env: str):
     """A router whose model cache holds only `cached` (as `llamacpy pull` leaves it)."""
     cache = root / "cache"
     cache.mkdir(exist_ok=True)
@@ -76,6 +76,8 @@ def start_router(root: Path, args: list[str], cached: Path | None = None):
         (cache / cached.name).symlink_to(cached)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LLAMA_CACHE", str(cache))
+        for name, value in env.items():
+            mp.setenv(name, value)
         return start_server(args, str(root / "router.log"))
 
 
@@ -463,6 +465,36 @@ def test_sleep_idle_seconds_and_preset_options(model_paths, tmp_path):
         r.proc.kill()  # no clean-up: the parent-death signal stops the child
         r.proc.wait()
         assert gone(pid), "the child outlived a killed router"
+    finally:
+        stop_server(r)
+
+
+def test_no_autoload_load_on_startup_and_environment(model_paths, tmp_path):
+    """--no-models-autoload and ?autoload=true, a preset's load-on-startup, and the router's
+    flags from LLAMA_ARG_* (LLAMA_ARG_MODELS_MAX=1, LLAMA_ARG_CTX_SIZE for every child)."""
+    d = tmp_path / "models"
+    d.mkdir()
+    (d / f"{SMOL}.gguf").symlink_to(model_paths["smollm2-135m"])
+    (d / f"{GEMMA}.gguf").symlink_to(model_paths["gemma3-270m"])
+    ini = tmp_path / "models.ini"
+    ini.write_text(f"[{SMOL}]\nload-on-startup = true\n")
+    r = start_router(tmp_path, ["--models-dir", str(d), "--models-preset", str(ini),
+                                "--no-models-autoload", "--no-warmup", "-t", "1"],
+                     LLAMA_ARG_MODELS_MAX="1", LLAMA_ARG_CTX_SIZE="640")
+    try:
+        wait_status(r, SMOL, "loaded", timeout=120)  # no request asked for it
+        p = get(r, "/props").json()
+        assert (p["models_autoload"], p["max_instances"]) == (False, 1)
+        assert get(r, f"/props?model={SMOL}").json()["default_generation_settings"][
+            "n_ctx"] == 640
+        assert_error(chat(r, GEMMA), 400, "model is not loaded", "invalid_request_error")
+        assert listing(r)[GEMMA]["status"]["value"] == "unloaded"
+        resp = post(r, "/v1/chat/completions?autoload=true", {
+            "model": GEMMA, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+        assert resp.status_code == 200, resp.text
+        models = listing(r)
+        assert models[GEMMA]["status"]["value"] == "loaded"
+        assert models[SMOL]["status"]["value"] == "unloaded"  # LLAMA_ARG_MODELS_MAX=1
     finally:
         stop_server(r)
 
