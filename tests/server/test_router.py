@@ -327,14 +327,21 @@ def test_load_and_unload_and_their_errors(router):
 
 
 def test_reload_rescans_the_folder(router, model_paths):
-    extra = router.models_dir / "extra-coder.gguf"
-    extra.symlink_to(model_paths["qwen2.5-coder-0.5b"])
+    """?reload=1 adds a new file's model, and unloads and drops a running model whose file is
+    gone (server_models::load_models on reload)."""
+    extra = router.models_dir / "extra-smol.gguf"
+    extra.symlink_to(model_paths["smollm2-135m"])
     try:
-        assert "extra-coder" not in listing(router)
-        assert "extra-coder" in {m["id"] for m in get(router, "/models?reload=1").json()["data"]}
+        assert "extra-smol" not in listing(router)
+        assert "extra-smol" in {m["id"] for m in get(router, "/models?reload=1").json()["data"]}
+        assert chat(router, "extra-smol").status_code == 200
+        pid = child_pid(router, "extra-smol")
     finally:
         extra.unlink()
-    assert "extra-coder" not in {m["id"] for m in get(router, "/models?reload=1").json()["data"]}
+    assert "extra-smol" not in {m["id"] for m in get(router, "/models?reload=1").json()["data"]}
+    assert gone(pid, timeout=5)  # the reload waited for its child to stop
+    assert_error(chat(router, "extra-smol"), 400, "model 'extra-smol' not found",
+                 "invalid_request_error")
 
 
 # -- images, props --------------------------------------------------------------------------------
