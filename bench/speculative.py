@@ -2,7 +2,7 @@
 with one rename, greedy; decode tokens/s with and without n-gram drafts (ngram-simple with
 llama.cpp's defaults and shorter settings), acceptance rate, and whether the text is the same.
 
-    python bench/speculative.py [MODEL] [-t 1] [-n 320] [-r 3] [--ngram N:M ...] [-md DRAFT]
+    python bench/speculative.py [MODEL] [-t 1] [-n 320] [-r 3] [--ngram N:M ...] [-md DRAFT [--draft-max N ...]]
 
 Rounds interleave the configurations; each generation is timed from its first token to its last
 (timings' predicted_ms: the prompt does not count), after one warm-up of each. Prints medians,
@@ -54,9 +54,9 @@ def configs(args, llm: Llama) -> dict:
     for spec in args.ngram:
         n, m = (int(v) for v in spec.split(":"))
         out[f"ngram-simple {n}/{m}"] = lambda n=n, m=m: Speculator([NgramSimple(n, m)])
-    if args.model_draft:
-        cfg = SpecConfig(draft_model=str(resolve_model(args.model_draft)), n_max=args.draft_max)
-        out[f"draft-simple n_max {args.draft_max}"] = lambda: build_speculator(
+    for n_max in args.draft_max if args.model_draft else []:
+        cfg = SpecConfig(draft_model=str(resolve_model(args.model_draft)), n_max=n_max)
+        out[f"draft-simple n_max {n_max}"] = lambda cfg=cfg: build_speculator(
             cfg, llm._tokenizer, llm.n_ctx(), 1, args.threads, args.threads)
     return out
 
@@ -70,7 +70,8 @@ def main() -> None:
     p.add_argument("--ngram", nargs="*", default=["12:48", "12:16", "4:8", "4:16"],
                    help="ngram-simple size_n:size_m settings (llama.cpp's default 12:48)")
     p.add_argument("-md", "--model-draft")
-    p.add_argument("--draft-max", type=int, default=3)
+    p.add_argument("--draft-max", type=int, nargs="*", default=[3],
+                   help="draft lengths to try with -md (llama.cpp's default 3)")
     p.add_argument("--show", action="store_true", help="print the generated text")
     args = p.parse_args()
     llm = Llama(str(resolve_model(args.model)), n_ctx=2048, n_threads=args.threads,

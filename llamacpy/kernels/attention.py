@@ -10,7 +10,8 @@ than three query heads per KV head, or fewer (token, KV head) tasks than threads
 time (eight keys per pass). Head sizes that are not a multiple of 8 take `attend_cached_scalar`.
 `attend_cached_seqs` is the same kernel for one row of each of several sequences (the server's
 batched decode step), so that step makes one call per layer instead of one per sequence.
-`attend_blas` converts the visible cache once and uses BLAS, faster for prompt chunks;
+`attend_prompt` (kernels/attention_prompt.py) converts the visible cache once and uses BLAS in
+causal blocks of queries, faster for prompt chunks;
 `attend_reference` is the plain numpy twin all three are tested against.
 
 Quantized caches (-ctk / -ctv q8_0, q4_0, ..., and bf16): `attend_cached_q` and
@@ -32,6 +33,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange, types
 from numba.extending import overload
 
+from .attention_prompt import attend_prompt
 from .dequant import f16_bits_to_f32, ld, ld2
 from .kv_quant import FLOAT_TAG, TAGS, dequantize_cells, row8
 from .simd import (f32x8_add, f32x8_exp, f32x8_fma, f32x8_hmax, f32x8_max, f32x8_mul, f32x8_recip,
@@ -372,27 +374,6 @@ def _key_mask(q_pos, n_swa, key_pos):
     return mask
 
 
-def attend_blas(q, k_cache, v_cache, q_pos, n_swa, scale, out):
-    """Same result via float32 BLAS: per KV head, scores = Q K^T over the visible keys."""
-    n_tok, n_head, _ = q.shape
-    n_kv_head = k_cache.shape[1]
-    group = n_head // n_kv_head
-    lo = visible_range(int(q_pos.min()), n_swa)[0]
-    hi = int(q_pos.max()) + 1
-    keys = to_f32(k_cache[lo:hi])  # [n_keys, n_kv_head, d_k]
-    values = to_f32(v_cache[lo:hi])
-    mask = _key_mask(q_pos, n_swa, np.arange(lo, hi))
-    for kvh in range(n_kv_head):
-        heads = slice(kvh * group, (kvh + 1) * group)
-        qg = q[:, heads, :].reshape(n_tok * group, -1)
-        s = (qg @ keys[:, kvh, :].T).reshape(n_tok, group, -1) * np.float32(scale)
-        s[np.broadcast_to(mask[:, None, :], s.shape)] = -np.inf
-        s -= s.max(axis=-1, keepdims=True)
-        np.exp(s, out=s)
-        s /= s.sum(axis=-1, keepdims=True)
-        out[:, heads, :] = (s.reshape(n_tok * group, -1) @ values[:, kvh, :]).reshape(n_tok, group, -1)
-
-
 TILE_KEYS = 512  # keys dequantized at a time by attend_blas_tiled
 
 
@@ -440,7 +421,7 @@ def attend(q, k_cache, v_cache, q_pos, n_swa, scale, out, types=None) -> np.ndar
     if not _plain(types):
         return _attend_typed(q, k_cache, v_cache, q_pos, n_swa, scale, out, types)
     if q.shape[0] >= BLAS_MIN_TOKENS:
-        attend_blas(q, k_cache, v_cache, q_pos, n_swa, scale, out)
+        attend_prompt(q, k_cache, v_cache, q_pos, n_swa, scale, out)
     elif q.shape[2] % 8 or v_cache.shape[2] % 8 or not out.flags.c_contiguous:
         attend_cached_scalar(q, k_cache, v_cache, q_pos, n_swa, np.float32(scale), out)
     else:

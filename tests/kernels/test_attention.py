@@ -8,8 +8,8 @@ import pytest
 from numba import njit
 
 from llamacpy.kernels import get_threads, set_threads, simd
-from llamacpy.kernels.attention import (attend, attend_blas, attend_cached, attend_cached_scalar,
-                                        attend_reference, attend_seqs)
+from llamacpy.kernels.attention import (attend, attend_cached, attend_cached_scalar,
+                                        attend_prompt, attend_reference, attend_seqs)
 from llamacpy.kernels.dequant import call_kernel
 
 # (n_head, n_head_kv, d_k, d_v): Gemma 3 270M, Qwen2.5 0.5B, SmolLM2 135M (four query heads per
@@ -26,8 +26,8 @@ def cache(n_ctx, n_kv, d, dtype, rng):
 
 def run(kernel, q, k, v, pos, n_swa, scale, *extra):
     out = np.full((q.shape[0], q.shape[1], v.shape[2]), np.nan, np.float32)
-    if kernel is attend_blas:
-        attend_blas(q, k, v, pos, n_swa, scale, out)
+    if kernel is attend_prompt:
+        attend_prompt(q, k, v, pos, n_swa, scale, out)
     else:
         call_kernel(kernel, q, k, v, pos, n_swa, np.float32(scale), out, *extra)
     return out
@@ -45,7 +45,7 @@ def test_kernels_match_reference(shape, dtype, n_swa):
     q = 3 * rng.standard_normal((len(pos), n_head, d_k)).astype(np.float32)
     scale = 1 / np.sqrt(d_k)
     ref = attend_reference(q, k, v, pos, n_swa, scale)
-    runs = [(attend_cached_scalar,), (attend_blas,)]
+    runs = [(attend_cached_scalar,), (attend_prompt,)]
     if d_k % 8 == 0 and d_v % 8 == 0:  # by KV head (four query heads at a time), by query head
         runs += [(attend_cached, False), (attend_cached, True)]
     before = get_threads()
