@@ -188,15 +188,7 @@ class Models:
         """Forward the child's log, mark it loaded when its /health says so, and record how it
         ended."""
         ready = asyncio.get_running_loop().create_task(self.wait_ready(inst, proc))
-        while True:
-            try:
-                line = await proc.stdout.readline()
-            except ValueError:  # a line longer than the stream's limit: its rest follows
-                continue
-            if not line:
-                break
-            sys.stderr.write(f"[{inst.port:5d}] {line.decode(errors='replace')}")
-            sys.stderr.flush()
+        await forward_log(proc.stdout, inst.port)
         code = exit_status(await proc.wait())
         ready.cancel()
         if inst.proc is not proc:
@@ -332,6 +324,23 @@ class Models:
         for name, spec in found.items():
             self.table.setdefault(name, Instance(spec))
         self.notify()
+
+
+async def forward_log(stream, port: int) -> None:
+    """The child's output into the router's log, each line after its port (as llama.cpp's
+    monitor does), until the child closes it."""
+    while True:
+        try:
+            line = await stream.readline()
+        except ValueError:  # a line longer than the stream's limit: its rest follows
+            continue
+        if not line:
+            return
+        try:
+            sys.stderr.write(f"[{port:5d}] {line.decode(errors='replace')}")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass  # no log to write to: the child's status still counts
 
 
 def signal_group(proc, sig: int) -> None:
