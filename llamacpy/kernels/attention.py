@@ -17,7 +17,8 @@ causal blocks of queries, faster for prompt chunks;
 Quantized caches (-ctk / -ctv q8_0, q4_0, ..., and bf16): `attend_cached_q` and
 `attend_cached_seqs_q` are the same kernels reading K and V through kv_quant.row8, which
 dequantizes eight values of a ggml block in registers where the fp16 kernel converts eight
-halves (the type comes as a tag array, kv_quant.TAGS, so numba picks the loader at compile time); prompts take `attend_blas_tiled`, which dequantizes TILE_KEYS positions at a time with an
+halves (the type comes as a tag array, kv_quant.TAGS, so numba picks the loader at compile
+time); prompts take `attend_blas_tiled`, which dequantizes TILE_KEYS positions at a time with an
 online softmax. Callers pass the cache types as `types=(type_k, type_v)`.
 
 Shapes: q float32 [n_tok, n_head, d_k]; k_cache [n_ctx, n_head_kv, d_k] as uint16 fp16 bits or
@@ -378,14 +379,20 @@ TILE_KEYS = 512  # keys dequantized at a time by attend_blas_tiled
 
 
 def attend_blas_tiled(q, k_cache, v_cache, q_pos, n_swa, scale, out, types, tile=TILE_KEYS):
-    """attend_blas for caches of any KV type: TILE_KEYS positions at a time are dequantized and
-    folded in with an online softmax (running max and sum per query head, as flash attention),
-    so only a tile, never the whole visible cache, exists as float32."""
+    """Prompt attention for caches of any KV type: TILE_KEYS positions at a time are dequantized
+    and folded in with an online softmax (running max and sum per query head, as flash
+    attention), so only a tile, never the whole visible cache, exists as float32. A prompt chunk
+    that sees one tile or less is attend_prompt over that tile."""
     n_tok, n_head, _ = q.shape
     n_kv_head = k_cache.shape[1]
     group = n_head // n_kv_head
     lo = visible_range(int(q_pos.min()), n_swa)[0]
     hi = int(q_pos.max()) + 1
+    if hi - lo <= tile:  # positions relative to the tile's first key: the same masks
+        keys, values = dequantize_cells(k_cache[lo:hi], types[0]), \
+            dequantize_cells(v_cache[lo:hi], types[1])
+        attend_prompt(q, keys, values, q_pos - lo, n_swa, scale, out)
+        return
     qg = q.reshape(n_tok, n_kv_head, group, -1).transpose(1, 0, 2, 3).reshape(
         n_kv_head, n_tok * group, -1)  # [kv head, token * group, d_k]
     best = np.full((n_kv_head, n_tok * group), -np.inf, np.float32)
@@ -395,10 +402,11 @@ def attend_blas_tiled(q, k_cache, v_cache, q_pos, n_swa, scale, out, types, tile
         t1 = min(hi, t0 + tile)
         keys = dequantize_cells(k_cache[t0:t1], types[0])  # [n, n_kv_head, d_k]
         values = dequantize_cells(v_cache[t0:t1], types[1])
-        mask = np.repeat(_key_mask(q_pos, n_swa, np.arange(t0, t1)), group, axis=0)
+        mask = np.broadcast_to(_key_mask(q_pos, n_swa, np.arange(t0, t1))[:, None, :],
+                               (n_tok, group, t1 - t0))
         for kvh in range(n_kv_head):
             s = (qg[kvh] @ keys[:, kvh, :].T) * np.float32(scale)  # [token * group, n]
-            s[mask] = -np.inf
+            s.reshape(n_tok, group, -1)[mask] = -np.inf
             new = np.maximum(best[kvh], s.max(axis=1))
             shift = np.where(np.isfinite(new), new, 0)[:, None]  # rows that see no key yet
             np.exp(s - shift, out=s)
