@@ -477,14 +477,15 @@ def test_sleep_idle_seconds_and_preset_options(model_paths, tmp_path):
 
 
 def test_no_autoload_load_on_startup_and_environment(model_paths, tmp_path):
-    """--no-models-autoload and ?autoload=true, a preset's load-on-startup, and the router's
-    flags from LLAMA_ARG_* (LLAMA_ARG_MODELS_MAX=1, LLAMA_ARG_CTX_SIZE for every child)."""
+    """--no-models-autoload and ?autoload=true, a preset's load-on-startup and aliases, and
+    the router's flags from LLAMA_ARG_* (LLAMA_ARG_MODELS_MAX=1, LLAMA_ARG_CTX_SIZE for every
+    child)."""
     d = tmp_path / "models"
     d.mkdir()
     (d / f"{SMOL}.gguf").symlink_to(model_paths["smollm2-135m"])
     (d / f"{GEMMA}.gguf").symlink_to(model_paths["gemma3-270m"])
     ini = tmp_path / "models.ini"
-    ini.write_text(f"[{SMOL}]\nload-on-startup = true\n")
+    ini.write_text(f"[{SMOL}]\nload-on-startup = true\nalias = smol,tiny\n")
     r = start_router(tmp_path, ["--models-dir", str(d), "--models-preset", str(ini),
                                 "--no-models-autoload", "--no-warmup", "-t", "1"],
                      LLAMA_ARG_MODELS_MAX="1", LLAMA_ARG_CTX_SIZE="640")
@@ -494,6 +495,9 @@ def test_no_autoload_load_on_startup_and_environment(model_paths, tmp_path):
         assert (p["models_autoload"], p["max_instances"]) == (False, 1)
         assert get(r, f"/props?model={SMOL}").json()["default_generation_settings"][
             "n_ctx"] == 640
+        by_alias = chat(r, "tiny", max_tokens=2)  # a preset's alias routes to its model
+        assert by_alias.status_code == 200 and by_alias.json()["model"] == SMOL
+        assert listing(r)[SMOL]["aliases"] == ["smol", "tiny"]
         assert_error(chat(r, GEMMA), 400, "model is not loaded", "invalid_request_error")
         assert listing(r)[GEMMA]["status"]["value"] == "unloaded"
         resp = post(r, "/v1/chat/completions?autoload=true", {
