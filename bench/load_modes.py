@@ -4,7 +4,7 @@ llama-server inside a memory cgroup of the model's file size + 300 MB.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python bench/load_modes.py modes \\
         [-m MODEL ...] [--modes mmap,none,mlock,mmap+mlock,dio] [--kv f16,q8_0] [--rounds 3]
-    ... bench/load_modes.py repack [-m MODEL ...] [--rounds 3]
+    ... bench/load_modes.py repack [-m MODEL ...] [--slots 2,4] [--rounds 3]
     ... bench/load_modes.py cgroup [-m MODEL] [--modes mmap,none] [--headroom-mb 300] [--kv q8_0]
 
 `modes`: every (model, KV type, mode, engine) loads in a fresh process, which reads a 128-token
@@ -13,8 +13,8 @@ that first token, and from /proc/self/status its peak RSS (VmHWM), its private (
 file-backed (RssFile) resident memory and VmLck. Rounds are interleaved; the table gives medians.
 The page cache holds the file (warm), as for a server that is restarted.
 
-`repack`: two sequences decoding together (Scheduler with two slots, 64 new tokens each) with and
-without --repack (Q5_0 / IQ4_NL weights re-encoded as Q8_0, Q6_K as bytes): tokens/s of the
+`repack`: --slots sequences decoding together (a Scheduler with that many slots, 64 new tokens
+each) with and without --repack (Q5_0 / IQ4_NL weights re-encoded as Q8_0, Q6_K as bytes): tokens/s of the
 batched decode and the private memory it took.
 
 `cgroup`: llama-server with the wrapper's memory flags (-lm MODE --no-repack --no-warmup -c 3096,
@@ -129,7 +129,7 @@ def modes_table(args) -> None:
 
 # -- repacking ---------------------------------------------------------------------------------
 
-def repack_probe(model: str, repack: bool, threads: int) -> dict:
+def repack_probe(model: str, repack: bool, threads: int, n_slots: int = 2) -> dict:
     from llamacpy.engine.context import Context
     from llamacpy.engine.prompt import Prompt
     from llamacpy.engine.scheduler import Scheduler
@@ -147,8 +147,8 @@ def repack_probe(model: str, repack: bool, threads: int) -> dict:
     m = load_model(g, repack=repack)
     weights = proc_status()["RssAnon"] - before
     tok = Tokenizer.from_gguf(g)
-    sched = Scheduler(Context(m, n_ctx=1024, n_seq=2), tok)
-    prompts = [tok.tokenize(PROMPT)[:64], tok.tokenize(PROMPT[7:])[:64]]
+    sched = Scheduler(Context(m, n_ctx=512 * n_slots, n_seq=n_slots), tok)
+    prompts = [tok.tokenize(PROMPT[7 * i:])[:64] for i in range(n_slots)]
 
     def generate(n: int) -> float:
         done = []
@@ -156,28 +156,32 @@ def repack_probe(model: str, repack: bool, threads: int) -> dict:
             sched.submit(Request(Prompt(list(p)), SamplingParams(temperature=0.0),
                                  n_predict=n, ignore_eos=True, cache_prompt=False),
                          lambda e: done.append(e) if e["type"] == "done" else None)
-        while len(done) < 2:
+        while len(done) < n_slots:
             sched.step()
-        return sum(e["timings"]["predicted_ms"] for e in done) / 2 / 1000
+        return sum(e["timings"]["predicted_ms"] for e in done) / n_slots / 1000
 
     generate(4)  # compile
     seconds = generate(64)
-    return {"tg_tok_s": 2 * 63 / seconds, "weights_private_mib": weights, **proc_status()}
+    return {"tg_tok_s": n_slots * 63 / seconds, "weights_private_mib": weights,
+            **proc_status()}
 
 
 def repack_table(args) -> None:
-    results = {(m, r): [] for m in args.models for r in (True, False)}
-    for key in results:  # compile once, not timed
-        run_child(["repack-probe", key[0], str(int(key[1])), str(args.threads)])
+    results = {(m, n, r): [] for m in args.models for n in args.slots for r in (True, False)}
+    for m, n, r in results:  # compile once, not timed
+        run_child(["repack-probe", m, str(int(r)), str(args.threads), str(n)])
     for _ in range(args.rounds):
         for key in results:
-            results[key].append(run_child(["repack-probe", key[0], str(int(key[1])),
-                                           str(args.threads)]))
-    print("| model | --repack | 2-slot decode tok/s | weights' private MiB | peak RSS MiB |")
-    print("|---|---|---:|---:|---:|")
-    for (m, r), rows in results.items():
-        print(f"| {m} | {'on' if r else 'off (--no-repack)'} | {median(rows, 'tg_tok_s'):.1f} | "
-              f"{median(rows, 'weights_private_mib'):.0f} | {median(rows, 'VmHWM'):.0f} |")
+            m, n, r = key
+            results[key].append(run_child(["repack-probe", m, str(int(r)), str(args.threads),
+                                           str(n)]))
+    print("| model | slots | --repack | decode tok/s (all slots) | weights' private MiB | "
+          "peak RSS MiB |")
+    print("|---|---:|---|---:|---:|---:|")
+    for (m, n, r), rows in results.items():
+        print(f"| {m} | {n} | {'on' if r else 'off (--no-repack)'} | "
+              f"{median(rows, 'tg_tok_s'):.1f} | {median(rows, 'weights_private_mib'):.0f} | "
+              f"{median(rows, 'VmHWM'):.0f} |")
 
 
 # -- a memory cgroup ---------------------------------------------------------------------------
@@ -317,8 +321,8 @@ def main(argv: list[str]) -> None:
                                int(threads), int(n))))
         return
     if argv and argv[0] == "repack-probe":
-        model, repack, threads = argv[1:]
-        print(json.dumps(repack_probe(model, repack == "1", int(threads))))
+        model, repack, threads, n_slots = argv[1:]
+        print(json.dumps(repack_probe(model, repack == "1", int(threads), int(n_slots))))
         return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", choices=["modes", "repack", "cgroup"])
@@ -328,6 +332,8 @@ def main(argv: list[str]) -> None:
                    default=["mmap", "none", "mlock", "mmap+mlock", "dio"])
     p.add_argument("--kv", type=lambda s: s.split(","), default=["f16", "q8_0"])
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--slots", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4],
+                   help="repack: sequences decoding together")
     p.add_argument("-t", "--threads", type=int, default=1)
     p.add_argument("--headroom-mb", type=int, default=300,
                    help="the cgroup's limit over the file size (negative: under it)")
