@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..memory.batch import concat
-from ..memory.kv_shift import can_shift
+from ..memory.kv_shift import can_shift, shift_refusal
 from ..tokenizer import Tokenizer
 from .context import Context
 from .prompt_cache import PromptCache
@@ -76,8 +76,8 @@ class Scheduler:
                  context_shift: bool = False, n_cache_reuse: int = 0, cache_ram_mib: int = 0):
         for name, asked in (("--context-shift", context_shift), ("--cache-reuse", n_cache_reuse)):
             if asked and not can_shift(ctx.cache):
-                raise ValueError(f"{name} is not supported by this model: its memory cannot "
-                                 f"shift (a recurrent state, or a quantized K cache)")
+                raise ValueError(f"{name} is not supported with this model and cache: "
+                                 f"{shift_refusal(ctx.cache)}")
         self.ctx, self.tokenizer, self.speculator = ctx, tokenizer, speculator
         self.context_shift, self.n_cache_reuse = context_shift, n_cache_reuse
         # --cache-ram: idle slots' prompts kept in host RAM (0: off, -1: no limit)

@@ -19,9 +19,22 @@ from .kv_cache import KVCache, to_cache
 
 
 def can_shift(cache: KVCache) -> bool:
-    """llama_memory_can_shift: KV cells can move; a recurrent state cannot. Keys are re-rotated
-    in f16 and f32 caches only (llama.cpp also re-quantizes block types: not done here yet)."""
-    return not isinstance(cache, HybridCache) and key_type(cache) in ("f16", "f32")
+    """llama_memory_can_shift: KV cells can move; a recurrent state cannot."""
+    return shift_refusal(cache) is None
+
+
+def shift_refusal(cache: KVCache) -> str | None:
+    """Why this cache's cells cannot move, or None. Keys are re-rotated in f16 and f32 caches
+    only (llama.cpp also dequantizes, rotates and re-quantizes block types: not done here)."""
+    if isinstance(cache, HybridCache):
+        return "its memory cannot shift (a recurrent state)"
+    if key_type(cache) not in SHIFTABLE_K:
+        return (f"a {key_type(cache)} K cache cannot be shifted yet (-ctk "
+                f"{' or '.join(SHIFTABLE_K)} can)")
+    return None
+
+
+SHIFTABLE_K = ("f16", "f32")
 
 
 def key_type(cache: KVCache) -> str:
@@ -45,8 +58,7 @@ def remove_cells(cache: KVCache, seq: int, p0: int, p1: int, kv_rope) -> int:
     """Forget cells [p0, p1) of `seq` and move the later ones down to p0, their keys re-rotated
     (`kv_rope(il)`: the RopeConfig of layer il). Returns the cells the sequence now holds."""
     if not can_shift(cache):
-        raise ValueError("this model's memory cannot shift (a recurrent state, or a quantized "
-                         "K cache)")
+        raise ValueError(f"cannot shift cells: {shift_refusal(cache)}")
     n_past = int(cache.n_past[seq])
     p0, p1 = max(0, p0), min(max(p0, p1), n_past)
     d, n_move = p1 - p0, n_past - p1

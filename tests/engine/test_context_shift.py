@@ -191,9 +191,10 @@ def test_recurrent_memory_cannot_shift():
     model = load_model(g)
     ctx = Context(model, n_ctx=64)
     assert not can_shift(ctx.cache)
-    with pytest.raises(ValueError, match="--context-shift is not supported by this model"):
+    with pytest.raises(ValueError, match="--context-shift is not supported with this model and "
+                                         "cache: its memory cannot shift"):
         Scheduler(ctx, Tokenizer.from_gguf(g), context_shift=True)
-    with pytest.raises(ValueError, match="cannot shift"):
+    with pytest.raises(ValueError, match="cannot shift cells: its memory cannot shift"):
         remove_cells(ctx.cache, 0, 0, 1, model.kv_rope)
 
 
@@ -237,7 +238,7 @@ def test_cache_reuse_needs_chunks_of_n_tokens(loaded):
 
 def test_recurrent_memory_refuses_cache_reuse():
     g = open_gguf(QWEN35)
-    with pytest.raises(ValueError, match="--cache-reuse is not supported by this model"):
+    with pytest.raises(ValueError, match="--cache-reuse is not supported with this model"):
         Scheduler(Context(load_model(g), n_ctx=64), Tokenizer.from_gguf(g), n_cache_reuse=4)
 
 
@@ -290,3 +291,12 @@ def test_cache_ram_restores_a_recurrent_state():
         outs[mib] = run(sched, Request(Prompt(a), GREEDY, n_predict=5, ignore_eos=True))
     assert outs[-1][1]["n_cached"] > outs[0][1]["n_cached"]
     assert outs[-1][0] == outs[0][0]
+
+
+@pytest.mark.parametrize("kv", ["q8_0", "bf16"])
+def test_a_block_or_bf16_k_cache_is_refused(loaded, kv):
+    _, _, model, tok = loaded
+    ctx = Context(model, n_ctx=64, type_k=kv, type_v="f16")
+    assert not can_shift(ctx.cache)
+    with pytest.raises(ValueError, match=f"a {kv} K cache cannot be shifted yet"):
+        Scheduler(ctx, tok, context_shift=True)

@@ -82,8 +82,15 @@ def test_refused_for_a_recurrent_model():
     out = run_server(["-m", str(QWEN35), "--context-shift"])
     assert out.returncode != 0
     lines = [x for x in out.stderr.splitlines() if "error" in x]
-    assert len(lines) == 1 and "--context-shift is not supported by this model: its memory " \
-        "cannot shift" in lines[0], out.stderr
+    assert len(lines) == 1 and "--context-shift is not supported with this model and cache: " \
+        "its memory cannot shift" in lines[0], out.stderr
+
+
+def test_refused_with_a_block_k_cache():
+    out = run_server(["-m", str(QWEN35), "--context-shift", "-ctk", "q8_0"])
+    assert out.returncode != 0 and out.stderr.strip().splitlines() == [
+        "llama-server: error: --context-shift is not supported with -ctk q8_0: a q8_0 K cache "
+        "cannot be shifted yet (-ctk f16 or f32 can)"]
 
 
 def test_bad_keep_is_refused():
