@@ -67,17 +67,11 @@ def context_controls(args) -> dict:
     turns them off with a warning)."""
     if args.n_keep < -1:
         raise ValueError(f"--keep must be -1 (the whole prompt) or at least 0, not {args.n_keep}")
-    from ..memory.kv_shift import SHIFTABLE_K
-
     for name, asked in (("--context-shift", args.context_shift),
                         ("--cache-reuse", args.cache_reuse > 0)):
         if asked and args.mmproj:
             raise ValueError(f"{name} is not supported with a multimodal projector (--mmproj): "
                              f"an image's cells cannot be shifted")
-        if asked and args.cache_type_k not in SHIFTABLE_K:
-            raise ValueError(f"{name} is not supported with -ctk {args.cache_type_k}: a "
-                             f"{args.cache_type_k} K cache cannot be shifted yet (-ctk "
-                             f"{' or '.join(SHIFTABLE_K)} can)")
     return {"context_shift": bool(args.context_shift), "n_keep": args.n_keep,
             "cache_reuse": max(0, args.cache_reuse), "cache_ram": args.cache_ram}
 
