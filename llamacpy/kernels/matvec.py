@@ -36,7 +36,8 @@ from .simd import (bytes_f32, f16_pair, f16_rows, f32x8_add, f32x8_fma, f32x8_mu
                    f32x8_zero, fma_lane, fma_vec, lane, lane_pairs, load_f32, load_i16, load_i32,
                    load_nibble_words, load_u32, load_w16, madd, prefetch, sbytes_f32, vadd, vand,
                    vor, vsar, vshl, vshr, vsub, vxor, bit_bytes, load_nibbles,
-                   shuffle_bytes)
+                   shuffle_bytes, HAS_AVX512BW, f32x16_sum, f32x16_zero, fma_lane_pair,
+                   load_i16x32, load_w32, madd32)
 from .threading_layer import NOGIL
 
 PREFETCH = 4096  # bytes ahead of the current position in the row stream (about 1 us at DRAM speed)
@@ -509,6 +510,52 @@ def matvec_q4_k(w, x, y):
 
 
 @njit(inline="always")
+def _q4_k_zmm_activations(xq):
+    """quantize_i16's xq in the order matvec_q4_k_zmm meets it: per half block (128 weights,
+    sub-blocks s..s+3, bytes 64 at a time holding s and s + 2 in their low nibbles, s + 1 and
+    s + 3 in their high ones), the even then odd halves of s and s + 2, then of s + 1 and s + 3."""
+    out = np.empty(xq.shape[0], np.int16)
+    for h in range(xq.shape[0] // 128):
+        o, s = 128 * h, 4 * h
+        for k, (sb, half) in enumerate(((s, 0), (s + 2, 0), (s, 16), (s + 2, 16), (s + 1, 0),
+                                        (s + 3, 0), (s + 1, 16), (s + 3, 16))):
+            for i in range(16):
+                out[o + 16 * k + i] = xq[32 * sb + half + i]
+    return out
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def matvec_q4_k_zmm(w, x, y):
+    """matvec_q4_k on 512-bit vectors (AVX-512BW): 64 bytes of nibbles per step, so per weight
+    half the shifts, masks, madds and conversions of the ymm kernel, which is compute-bound
+    (from L3 as slow as from DRAM)."""
+    rows, nb = w.shape[0], w.shape[1] // 144
+    xq, xd = quantize_i16(x)
+    xz = _q4_k_zmm_activations(xq)
+    xs = _block_sums(x, 32)
+    for r in prange(rows):
+        acc, mins = f32x16_zero(), f32x8_zero()
+        for b in range(nb):
+            o = 144 * b
+            for k in range(3):
+                prefetch(w, r, o + PREFETCH + 64 * k)
+            d, dmin = f16_pair(w, r, o)
+            sc, m = _k4_scales_mins(w, r, o + 4)
+            scale = f32x8_mul(f32x8_mul(sc, load_f32(xd, 8 * b)), d)  # per sub-block
+            mins = f32x8_fma(f32x8_mul(m, load_f32(xs, 8 * b)), dmin, mins)
+            for jj in range(2):
+                v = load_w32(w, r, o + 16 + 64 * jj)
+                xo = 256 * b + 128 * jj
+                lo = vadd(madd32(vand(v, 15), load_i16x32(xz, xo)),
+                          madd32(vand(vshr(v, 8), 15), load_i16x32(xz, xo + 32)))
+                hi = vadd(madd32(vand(vshr(v, 4), 15), load_i16x32(xz, xo + 64)),
+                          madd32(vshr(v, 12), load_i16x32(xz, xo + 96)))
+                acc = fma_lane_pair(lo, scale, 4 * jj, 4 * jj + 2, acc)
+                acc = fma_lane_pair(hi, scale, 4 * jj + 1, 4 * jj + 3, acc)
+        y[r] = f32x16_sum(acc) - f32x8_sum(mins)
+
+
+@njit(inline="always")
 def _q6_k_half(w, r, o, h, xq, xd, s0, scale, acc):
     """acc += half h (128 weights) of the Q6_K block at byte o, times activation blocks s0..s0+3.
     Byte l of ql and qh feeds weights l, l + 32, l + 64, l + 96 (dequantize_row_q6_K); split by
@@ -569,7 +616,7 @@ MATVEC_KERNELS = {
     GGMLType.Q8_0: matvec_q8_0,
     GGMLType.Q2_K: matvec_q2_k,
     GGMLType.Q3_K: matvec_q3_k,
-    GGMLType.Q4_K: matvec_q4_k,
+    GGMLType.Q4_K: matvec_q4_k_zmm if HAS_AVX512BW else matvec_q4_k,
     GGMLType.Q5_K: matvec_q5_k,
     GGMLType.Q6_K: matvec_q6_k,
     GGMLType.IQ4_NL: matvec_iq4_nl,

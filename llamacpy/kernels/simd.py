@@ -305,8 +305,8 @@ def load_row8(typingctx, a, r, i):
 
 @intrinsic
 def store_f32(typingctx, a, i, v):
-    """a[i:i + 8] = v for a 1-D float32 array."""
-    if not (_is_array(a, 1, types.float32) and v == F32x8):
+    """a[i:i + 8] = v (an F32x8; a[i:i + 16] for an F32x16) for a 1-D float32 array."""
+    if not (_is_array(a, 1, types.float32) and v in (F32x8, F32x16)):
         return None
 
     def codegen(context, builder, sig, args):
@@ -860,3 +860,92 @@ def f32x8_recip(typingctx, a):
         return builder.fdiv(ir.Constant(_vt(F32x8), [1.0] * 8), args[0])
 
     return F32x8(a), codegen
+
+
+# ------------------------------------------------------------------- 512-bit values (AVX-512)
+# Twice the lanes for the decode kernels that are compute-bound at ymm width (Q4_K): generic
+# vector IR that LLVM keeps in zmm registers where the CPU has AVX-512BW (numba's IR carries no
+# min-legal-vector-width, so 512-bit types are legal), and splits in two elsewhere.
+
+I16x32 = VecType(types.int16, 32)
+I32x16 = VecType(types.int32, 16)
+F32x16 = VecType(types.float32, 16)
+HAS_AVX512BW = bool(llvm.get_host_cpu_features().get("avx512bw", False)) and \
+    not numba.config.CPU_NAME
+
+
+@intrinsic
+def load_w32(typingctx, w, r, o):
+    """The 64 bytes w[r, o:o + 64] as 32 little-endian words."""
+    return (I16x32(w, r, o), _load_codegen(I16x32)) if _is_array(w, 2, *UINT8) else None
+
+
+load_i16x32 = _loader_1d(types.int16, I16x32, "a[i:i + 32] of an int16 array.")
+
+
+@intrinsic
+def madd32(typingctx, a, b):
+    """I32x16 lane k = a[2k] * b[2k] + a[2k + 1] * b[2k + 1] (vpmaddwd on zmm)."""
+    if not (a == I16x32 and b == I16x32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        if HAS_AVX512BW:
+            fnty = ir.FunctionType(_vt(I32x16), [_vt(I16x32), _vt(I16x32)])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.avx512.pmaddw.d.512")
+            return builder.call(fn, args)
+        wide = ir.VectorType(I32, 32)
+        p = builder.mul(builder.sext(args[0], wide), builder.sext(args[1], wide), flags=["nsw"])
+        return builder.add(_lanes(builder, p, list(range(0, 32, 2))),
+                           _lanes(builder, p, list(range(1, 32, 2))), flags=["nsw"])
+
+    return I32x16(a, b), codegen
+
+
+@intrinsic
+def f32x16_zero(typingctx):
+    """An F32x16 of zeros."""
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_vt(F32x16), [0.0] * 16)
+
+    return F32x16(), codegen
+
+
+@intrinsic
+def fma_lane_pair(typingctx, p, s, k0, k1, acc):
+    """acc + float32(p) * [s[k0]] * 8 ++ [s[k1]] * 8: an I32x16 whose halves belong to two
+    sub-blocks, converted and scaled by their lanes of an F32x8 (k0, k1 constants once loops
+    are unrolled)."""
+    if not (p == I32x16 and s == F32x8 and isinstance(k0, types.Integer)
+            and isinstance(k1, types.Integer) and acc == F32x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v8 = ir.VectorType(F32, 8)
+        lanes = [builder.extract_element(args[1], context.cast(builder, args[i], sig.args[i],
+                                                               types.int32)) for i in (2, 3)]
+        halves = [_splat(builder, x, v8) for x in lanes]
+        scale = builder.shuffle_vector(halves[0], halves[1],
+                                       ir.Constant(ir.VectorType(I32, 16), list(range(16))))
+        vt = _vt(F32x16)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt] * 3),
+                                            "llvm.fma.v16f32")
+        return builder.call(fn, [builder.sitofp(args[0], vt), scale, args[4]])
+
+    return F32x16(p, s, k0, k1, acc), codegen
+
+
+@intrinsic
+def f32x16_sum(typingctx, a):
+    """Sum of the 16 lanes as a tree."""
+    if a != F32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = args[0]
+        for n in (8, 4, 2, 1):
+            v = builder.fadd(_lanes(builder, v, list(range(n))),
+                             _lanes(builder, v, list(range(n, 2 * n))))
+        return builder.extract_element(v, ir.Constant(I32, 0))
+
+    return types.float32(a), codegen

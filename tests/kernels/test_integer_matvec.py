@@ -91,6 +91,21 @@ def test_exact_in_representable_activations(name, rows):
     assert np.all(np.abs(y - W @ x.astype(np.float64)) <= 2e-6 * bound)
 
 
+@pytest.mark.parametrize("kernel", ["matvec_q4_k", "matvec_q4_k_zmm"])
+@pytest.mark.parametrize("rows", [1, 3, 37])
+def test_q4_k_kernels_both_widths(kernel, rows):
+    """The ymm Q4_K kernel (every AVX2 CPU) and the zmm one (AVX-512BW; elsewhere LLVM splits
+    its vectors, still correct) both exact in representable activations, whichever matvec picks."""
+    n = 768
+    w = synth_blocks("Q4_K", rows, n, seed=rows + 7)
+    x = representable_activations(n, rows + 7)
+    W = reference(w, "Q4_K", n)
+    y = np.empty(rows, np.float32)
+    getattr(mv, kernel)(w, x, y)
+    bound = np.abs(W) @ np.abs(x.astype(np.float64))
+    assert np.all(np.abs(y - W @ x.astype(np.float64)) <= 2e-6 * bound)
+
+
 @pytest.mark.parametrize("name", INTEGER_TYPES)
 @pytest.mark.parametrize("n_tokens", [2, 3, 4, 5])
 def test_several_tokens_exact_in_representable_activations(name, n_tokens):
@@ -232,6 +247,32 @@ def test_madd_pairs_products(monkeypatch, avx2):
     fn(a, b, out)
     prod = a.astype(np.int64) * b.astype(np.int64)
     assert np.array_equal(out, (prod[0::2] + prod[1::2]).astype(np.float32))
+
+
+@pytest.mark.parametrize("avx512", [True, False])
+def test_madd32_pairs_products(monkeypatch, avx512):
+    """The zmm vpmaddwd, from the instruction and from the portable IR pattern; fma_lane_pair
+    scales the two halves by their own lanes; f32x16_sum adds all sixteen."""
+    monkeypatch.setattr(simd, "HAS_AVX512BW", avx512 and simd.HAS_AVX512BW)
+    fn = njit(cache=False)(_madd32.py_func)  # a fresh compile sees the patched flag
+    rng = np.random.default_rng(5)
+    a = rng.integers(-32767, 32768, 32).astype(np.int16)
+    b = rng.integers(-32767, 32768, 32).astype(np.int16)
+    scale = np.arange(1, 9, dtype=np.float32)
+    out = np.empty(17, np.float32)
+    fn(a, b, scale, out)
+    prod = a.astype(np.int64) * b.astype(np.int64)
+    want = (prod[0::2] + prod[1::2]) * np.repeat([scale[2], scale[5]], 8)
+    np.testing.assert_allclose(out[:16], want, rtol=1e-6)
+    assert abs(out[16] - want.sum()) <= 1e-6 * np.abs(want).sum()  # float32 sums of ~1e9 terms
+
+
+@njit(cache=False)
+def _madd32(a, b, scale, out):
+    p = simd.fma_lane_pair(simd.madd32(simd.load_i16x32(a, 0), simd.load_i16x32(b, 0)),
+                           simd.load_f32(scale, 0), 2, 5, simd.f32x16_zero())
+    simd.store_f32(out, 0, p)
+    out[16] = simd.f32x16_sum(p)
 
 
 @njit(cache=False)
