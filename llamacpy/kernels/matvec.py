@@ -485,6 +485,18 @@ def _high_nibbles_dot(v, xq, i):
     return vadd(even, madd(vshr(v, 12), load_i16(xq, i + 16)))
 
 
+@njit(inline="always")
+def _q4_k_block_head(w, r, o, b, xd, xs, mins):
+    """Prefetch ahead, then block b's scale per sub-block (d * sc_s * dx_s) and the mins
+    accumulator with its dmin * m_s * sum(x_s) added."""
+    for k in range(3):
+        prefetch(w, r, o + PREFETCH + 64 * k)
+    d, dmin = f16_pair(w, r, o)
+    sc, m = _k4_scales_mins(w, r, o + 4)
+    scale = f32x8_mul(f32x8_mul(sc, load_f32(xd, 8 * b)), d)
+    return scale, f32x8_fma(f32x8_mul(m, load_f32(xs, 8 * b)), dmin, mins)
+
+
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_q4_k(w, x, y):
     # y = sum over sub-blocks s of d * sc_s * dx_s * (q . xq)_s - dmin * sum_s m_s * sum(x_s)
@@ -495,12 +507,7 @@ def matvec_q4_k(w, x, y):
         acc_lo, acc_hi, mins = f32x8_zero(), f32x8_zero(), f32x8_zero()
         for b in range(nb):
             o = 144 * b
-            for k in range(3):
-                prefetch(w, r, o + PREFETCH + 64 * k)
-            d, dmin = f16_pair(w, r, o)
-            sc, m = _k4_scales_mins(w, r, o + 4)
-            scale = f32x8_mul(f32x8_mul(sc, load_f32(xd, 8 * b)), d)  # per sub-block
-            mins = f32x8_fma(f32x8_mul(m, load_f32(xs, 8 * b)), dmin, mins)
+            scale, mins = _q4_k_block_head(w, r, o, b, xd, xs, mins)
             for j in range(4):  # 32 bytes: low nibbles are sub-block 2j, high ones 2j + 1
                 v = load_w16(w, r, o + 16 + 32 * j)
                 xo = 256 * b + 64 * j
@@ -537,12 +544,7 @@ def matvec_q4_k_zmm(w, x, y):
         acc, mins = f32x16_zero(), f32x8_zero()
         for b in range(nb):
             o = 144 * b
-            for k in range(3):
-                prefetch(w, r, o + PREFETCH + 64 * k)
-            d, dmin = f16_pair(w, r, o)
-            sc, m = _k4_scales_mins(w, r, o + 4)
-            scale = f32x8_mul(f32x8_mul(sc, load_f32(xd, 8 * b)), d)  # per sub-block
-            mins = f32x8_fma(f32x8_mul(m, load_f32(xs, 8 * b)), dmin, mins)
+            scale, mins = _q4_k_block_head(w, r, o, b, xd, xs, mins)
             for jj in range(2):
                 v = load_w32(w, r, o + 16 + 64 * jj)
                 xo = 256 * b + 128 * jj
