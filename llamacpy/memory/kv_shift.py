@@ -4,7 +4,8 @@ the K-shift that follows (llama_kv_cache::build_graph_shift), done at once.
 Our KV cache keeps a sequence's cells at their positions (cell i holds position i), so removing
 cells [p0, p1) moves the cells after them down by p1 - p0 and rotates each moved key by
 -(p1 - p0) positions with the rope its layer used: rope is a rotation by an angle linear in the
-position, so R(p - d) k = R(-d) R(p) k. Values only move. A recurrent state holds the whole past
+position, so R(p - d) k = R(-d) R(p) k; a block-type K cache is dequantized, rotated and quantized
+again, as llama.cpp does. Values only move. A recurrent state holds the whole past
 in a fixed size and cannot forget a span of it, so a HybridCache cannot shift (as
 llama_memory_can_shift says for llama.cpp's recurrent memory).
 """
@@ -15,7 +16,7 @@ import numpy as np
 
 from ..ops.rope import RopeConfig, apply_rope, rope_cos_sin
 from .hybrid_cache import HybridCache
-from .kv_cache import KVCache, to_cache
+from .kv_cache import KVCache, rotated, to_cache
 
 
 def can_shift(cache: KVCache) -> bool:
@@ -24,26 +25,15 @@ def can_shift(cache: KVCache) -> bool:
 
 
 def shift_refusal(cache: KVCache) -> str | None:
-    """Why this cache's cells cannot move, or None. Keys are re-rotated in f16 and f32 caches
-    only (llama.cpp also dequantizes, rotates and re-quantizes block types: not done here)."""
+    """Why this cache's cells cannot move, or None."""
     if isinstance(cache, HybridCache):
         return "its memory cannot shift (a recurrent state)"
-    if key_type(cache) not in SHIFTABLE_K:
-        return (f"a {key_type(cache)} K cache cannot be shifted yet (-ctk "
-                f"{' or '.join(SHIFTABLE_K)} can)")
     return None
 
 
-SHIFTABLE_K = ("f16", "f32")
-
-
 def key_type(cache: KVCache) -> str:
-    """The K cache's -ctk type (from the array dtype for a cache that does not name it)."""
-    name = getattr(cache, "type_k", None)
-    if name is not None:
-        return name
-    k = next(a for a in cache.k if a is not None)
-    return {np.dtype(np.uint16): "f16", np.dtype(np.float32): "f32"}.get(k.dtype, str(k.dtype))
+    """The K cache's -ctk type."""
+    return cache.type_k
 
 
 def rotation(rope: RopeConfig, delta: int) -> tuple[np.ndarray, np.ndarray]:
@@ -68,16 +58,28 @@ def remove_cells(cache: KVCache, seq: int, p0: int, p1: int, kv_rope) -> int:
         if k is None:
             continue
         v[seq, p0 : p0 + n_move] = v[seq, p1:n_past]
-        k[seq, p0 : p0 + n_move] = rerotate(k[seq, p1:n_past], kv_rope(il), -d)
+        k[seq, p0 : p0 + n_move] = rerotate(cache, k[seq, p1:n_past], kv_rope(il), -d)
     cache.n_past[seq] = n_past - d
     return n_past - d
 
 
-def rerotate(k: np.ndarray, rope: RopeConfig, delta: int) -> np.ndarray:
-    """Cached keys [n, n_head_kv, d_k] (f16 bits or float32) rotated by `delta` positions, in
-    the cache's dtype (llama.cpp's K-shift also rounds back to the cache type)."""
-    x = k.view(np.float16).astype(np.float32) if k.dtype == np.uint16 else k.astype(np.float32)
+def rerotate(cache: KVCache, cells: np.ndarray, rope: RopeConfig, delta: int) -> np.ndarray:
+    """Cached keys (cells [n, n_head_kv, units] of the cache's K type) rotated by `delta`
+    positions, back in that type: a block type is dequantized, its Hadamard rotation undone,
+    roped, rotated and quantized again (llama.cpp's build_rope_shift for quantized K)."""
+    from ..kernels.kv_quant import dequantize_cells, store_rows
+
+    name, rot = key_type(cache), getattr(cache, "rot_k", None)
+    x = np.array(dequantize_cells(cells, name), np.float32)  # a copy: [n, n_head_kv, d_k]
+    if rot is not None:
+        x = rotated(x, rot)  # an orthonormal Hadamard matrix is its own inverse
     cos, sin = rotation(rope, delta)
     n = x.shape[0]
     apply_rope(x, np.repeat(cos, n, axis=0), np.repeat(sin, n, axis=0), rope.mode)
-    return to_cache(x, k.dtype)
+    if rot is not None:
+        x = rotated(x, rot)
+    if name in ("f16", "f32"):
+        return to_cache(x, cells.dtype)
+    out = np.empty((1, *cells.shape), cells.dtype)
+    store_rows(out, name, np.zeros(n, np.int64), np.arange(n, dtype=np.int64), x)
+    return out[0]

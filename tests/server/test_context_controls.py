@@ -86,11 +86,17 @@ def test_refused_for_a_recurrent_model():
         "its memory cannot shift" in lines[0], out.stderr
 
 
-def test_refused_with_a_block_k_cache():
-    out = run_server(["-m", str(QWEN35), "--context-shift", "-ctk", "q8_0"])
-    assert out.returncode != 0 and out.stderr.strip().splitlines() == [
-        "llama-server: error: --context-shift is not supported with -ctk q8_0: a q8_0 K cache "
-        "cannot be shifted yet (-ctk f16 or f32 can)"]
+def test_a_quantized_cache_shifts_too(model_paths, tmp_path):
+    """The wrapper's cache flags with --context-shift: q8_0 keys are dequantized, re-rotated
+    and quantized again."""
+    s = start_server(["-m", str(model_paths["smollm2-135m"]), "-c", "96", "-t", "2",
+                      "--no-warmup", "--context-shift", "-ctk", "q8_0", "-ctv", "q8_0", "-fa",
+                      "on"], str(tmp_path / "q8.log"))
+    try:
+        out = complete(s, n_predict=120)
+        assert out["tokens_predicted"] == 120 and out["truncated"] is True
+    finally:
+        stop_server(s)
 
 
 def test_bad_keep_is_refused():
