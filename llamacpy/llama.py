@@ -181,7 +181,7 @@ class Llama:
                  type_k: str | int | None = None, type_v: str | int | None = None,
                  flash_attn: bool | str = False, draft_model: LlamaDraftModel | None = None,
                  use_mmap: bool = True, use_mlock: bool = False, load_mode: str | None = None,
-                 **kwargs: Any):
+                 context_shift: bool = False, **kwargs: Any):
         check_arguments("Llama", kwargs)
         # ggml type ids (llama-cpp-python) or -ctk names; flash_attn=False is -fa off there too
         type_k, type_v = kv_type_name(type_k), kv_type_name(type_v)
@@ -209,7 +209,8 @@ class Llama:
                                 type_k=type_k, type_v=type_v, n_threads=n_threads,
                                 n_threads_batch=n_threads_batch)
             self._scheduler = Scheduler(self._ctx, self._tokenizer, n_batch,
-                                        speculator=speculator_for(draft_model, self))
+                                        speculator=speculator_for(draft_model, self),
+                                        context_shift=context_shift)
             self._slot = self._scheduler.slots[0]
             # as llama-cpp-python: rows only for logits_all (pages are touched only when written)
             rows = self._n_ctx if logits_all else n_batch

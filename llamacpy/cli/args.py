@@ -197,11 +197,11 @@ FLAGS = [
     # context controls (llama.cpp's defaults: no context shift, no chunk reuse, 8 GiB of RAM
     # for idle slots' prompts)
     f("--context-shift", dest="context_shift", type=SWITCH, default=False,
-      env="LLAMA_ARG_CONTEXT_SHIFT", tools=("server",),
+      env="LLAMA_ARG_CONTEXT_SHIFT",
       help="whether to use context shift on infinite text generation (default: disabled): a "
            "full context keeps --keep tokens and drops half of the rest"),
-    f("--no-context-shift", dest="context_shift", type=SWITCH, const=False, tools=("server",)),
-    f("--keep", dest="n_keep", type=int, default=0, tools=("server",),
+    f("--no-context-shift", dest="context_shift", type=SWITCH, const=False),
+    f("--keep", dest="n_keep", type=int, default=0,
       help="number of tokens to keep from the initial prompt (default: 0, -1 = all)"),
     f("--cache-reuse", dest="cache_reuse", type=int, default=0, env="LLAMA_ARG_CACHE_REUSE",
       tools=("server",),

@@ -55,7 +55,7 @@ def llama_kwargs(args) -> dict:
             "n_threads_batch": args.threads_batch if args.threads_batch > 0 else None,
             "type_k": type_k, "type_v": type_v, "flash_attn": args.flash_attn,
             "repack": bool(args.repack),
-            "load_mode": args.load_mode,
+            "load_mode": args.load_mode, "context_shift": bool(args.context_shift),
             "verbose": verbosity(args) >= LOG_DEBUG, "draft_model": spec_config(args)}
 
 
@@ -87,12 +87,15 @@ def run_turn(llm: Llama, args, prompt_tokens: list[int] | Prompt, totals: Totals
     if n_room <= 0:
         raise SystemExit(f"{TOOL}: error: prompt is {len(prompt_tokens)} tokens, the context "
                          f"holds {llm.n_ctx()}")
-    max_tokens = n_room if args.n_predict < 0 else min(args.n_predict, n_room)
+    if args.context_shift:  # a full context shifts (keeping --keep tokens) instead of ending
+        max_tokens = args.n_predict
+    else:
+        max_tokens = n_room if args.n_predict < 0 else min(args.n_predict, n_room)
     prompt = prompt_tokens if isinstance(prompt_tokens, Prompt) else Prompt(list(prompt_tokens))
     stops = [args.reverse_prompt] if args.reverse_prompt else []
     mask = args.grammar_compiled.mask(llm._tokenizer) if args.grammar_compiled else None
     request = Request(prompt, sampling_params(args), n_predict=max_tokens, stop=stops,
-                      ignore_eos=args.ignore_eos, token_mask=mask)
+                      ignore_eos=args.ignore_eos, token_mask=mask, n_keep=args.n_keep)
     text = ""
     for event in llm._scheduler.generate(request):
         if event["type"] == "error":

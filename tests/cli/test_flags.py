@@ -268,6 +268,9 @@ CLI = {
     "flash_attn": (["-fa", "off"], lambda r: r.llama["flash_attn"] == "off"),
     "repack": (["--repack"], lambda r: r.llama["repack"] is True),
     "load_mode": (["--load-mode", "mlock"], lambda r: r.llama["load_mode"] == "mlock"),
+    "context_shift": (["--context-shift"], lambda r: r.llama["context_shift"] is True and reads(
+        llama_cli.run_turn, "if args.context_shift:")),
+    "n_keep": Reads(["--keep", "5"], llama_cli.run_turn),
     "reasoning": (["-rea", "off"], lambda r: flags.template_kwargs(r.args) == {
         "enable_thinking": False} and reads(llama_cli.conversation, "**template_kwargs(args)")
         and reads(llama_cli.image_prompt, "**template_kwargs(args)")),
