@@ -37,7 +37,7 @@ from .simd import (bytes_f32, f16_pair, f16_rows, f32x8_add, f32x8_fma, f32x8_mu
                    load_nibble_words, load_u32, load_w16, madd, prefetch, sbytes_f32, vadd, vand,
                    vor, vsar, vshl, vshr, vsub, vxor, bit_bytes, load_nibbles,
                    shuffle_bytes, HAS_AVX512BW, f32x16_sum, f32x16_zero, fma_lane_pair,
-                   load_i16x32, load_w32, madd32)
+                   load_i16x32, load_w32, madd32, concat, fma_vec16)
 from .threading_layer import NOGIL
 
 PREFETCH = 4096  # bytes ahead of the current position in the row stream (about 1 us at DRAM speed)
@@ -608,6 +608,72 @@ def matvec_q6_k(w, x, y):
         y[r] = f32x8_sum(f32x8_add(acc0, acc1)) - np.float32(32) * f32x8_sum(offset)
 
 
+@njit(inline="always")
+def _q6_k_zmm_activations(xq):
+    """quantize_i16's xq in the order matvec_q6_k_zmm meets it: per block and group k (the
+    weights that one ql/qh bit field feeds in each half), the even then odd halves of the
+    activation blocks k and 4 + k side by side."""
+    out = np.empty(xq.shape[0], np.int16)
+    for b in range(xq.shape[0] // 256):
+        for k in range(4):
+            o, lo, hi = 256 * b + 64 * k, 32 * (8 * b + k), 32 * (8 * b + 4 + k)
+            for i in range(16):
+                out[o + i] = xq[lo + i]
+                out[o + 16 + i] = xq[hi + i]
+                out[o + 32 + i] = xq[lo + 16 + i]
+                out[o + 48 + i] = xq[hi + 16 + i]
+    return out
+
+
+@njit(inline="always")
+def _q6_k_group(even, odd, xz, xo, xd, xb, k, s0, s1, acc):
+    """acc += group k of both halves: the 6-bit words `even` / `odd` times their activations,
+    each 16-weight sub-block by its scale and its activation block's."""
+    p = vadd(madd32(even, load_i16x32(xz, xo + 64 * k)),
+             madd32(odd, load_i16x32(xz, xo + 64 * k + 32)))
+    scale = concat(f32x8_mul(lane_pairs(s0, k), ld(xd, xb + k)),
+                   f32x8_mul(lane_pairs(s1, k), ld(xd, xb + 4 + k)))
+    return fma_vec16(p, scale, acc)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def matvec_q6_k_zmm(w, x, y):
+    """matvec_q6_k on 512-bit vectors (AVX-512BW): both halves of a block in one vector (ql of
+    the halves side by side, qh whole), half the vector work per weight of the ymm kernel."""
+    rows, nb = w.shape[0], w.shape[1] // 210
+    xq, xd = quantize_i16(x)
+    xz = _q6_k_zmm_activations(xq)
+    xs = _block_sums(x, 16)
+    for r in prange(rows):
+        acc, offset = f32x16_zero(), f32x8_zero()
+        for b in range(nb):
+            o = 210 * b
+            for k in range(4):
+                prefetch(w, r, o + PREFETCH + 64 * k)
+            d = f16_pair(w, r, o + 206)[1]
+            s0 = f32x8_mul(sbytes_f32(load_u32(w, r, o + 192), load_u32(w, r, o + 196)), d)
+            s1 = f32x8_mul(sbytes_f32(load_u32(w, r, o + 200), load_u32(w, r, o + 204)), d)
+            offset = f32x8_fma(s0, load_f32(xs, 16 * b), offset)
+            offset = f32x8_fma(s1, load_f32(xs, 16 * b + 8), offset)
+            a = concat(load_w16(w, r, o), load_w16(w, r, o + 64))
+            c = concat(load_w16(w, r, o + 32), load_w16(w, r, o + 96))
+            hb = load_w32(w, r, o + 128)
+            xo, xb = 256 * b, 8 * b
+            acc = _q6_k_group(vadd(vand(a, 0x0F), vshl(vand(hb, 0x03), 4)),
+                              vadd(vand(vshr(a, 8), 0x0F), vand(vshr(hb, 4), 0x30)),
+                              xz, xo, xd, xb, 0, s0, s1, acc)
+            acc = _q6_k_group(vadd(vand(c, 0x0F), vshl(vand(hb, 0x0C), 2)),
+                              vadd(vand(vshr(c, 8), 0x0F), vand(vshr(hb, 6), 0x30)),
+                              xz, xo, xd, xb, 1, s0, s1, acc)
+            acc = _q6_k_group(vadd(vand(vshr(a, 4), 0x0F), vand(hb, 0x30)),
+                              vadd(vshr(a, 12), vand(vshr(hb, 8), 0x30)),
+                              xz, xo, xd, xb, 2, s0, s1, acc)
+            acc = _q6_k_group(vadd(vand(vshr(c, 4), 0x0F), vand(vshr(hb, 2), 0x30)),
+                              vadd(vshr(c, 12), vand(vshr(hb, 10), 0x30)),
+                              xz, xo, xd, xb, 3, s0, s1, acc)
+        y[r] = f32x16_sum(acc) - np.float32(32) * f32x8_sum(offset)
+
+
 MATVEC_KERNELS = {
     GGMLType.F16: matvec_f16,
     GGMLType.BF16: matvec_bf16,
@@ -620,7 +686,7 @@ MATVEC_KERNELS = {
     GGMLType.Q3_K: matvec_q3_k,
     GGMLType.Q4_K: matvec_q4_k_zmm if HAS_AVX512BW else matvec_q4_k,
     GGMLType.Q5_K: matvec_q5_k,
-    GGMLType.Q6_K: matvec_q6_k,
+    GGMLType.Q6_K: matvec_q6_k_zmm if HAS_AVX512BW else matvec_q6_k,
     GGMLType.IQ4_NL: matvec_iq4_nl,
     GGMLType.IQ4_XS: matvec_iq4_xs,
 }

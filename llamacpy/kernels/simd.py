@@ -949,3 +949,35 @@ def f32x16_sum(typingctx, a):
         return builder.extract_element(v, ir.Constant(I32, 0))
 
     return types.float32(a), codegen
+
+
+_WIDER = {I16x16: I16x32, F32x8: F32x16}
+
+
+@intrinsic
+def concat(typingctx, a, b):
+    """[a..., b...]: two I16x16 as an I16x32, or two F32x8 as an F32x16."""
+    if not (a == b and a in _WIDER):
+        return None
+    wide = _WIDER[a]
+
+    def codegen(context, builder, sig, args):
+        idx = ir.Constant(ir.VectorType(I32, wide.n), list(range(wide.n)))
+        return builder.shuffle_vector(args[0], args[1], idx)
+
+    return wide(a, b), codegen
+
+
+@intrinsic
+def fma_vec16(typingctx, p, s, acc):
+    """acc + float32(p) * s lane-wise: an I32x16 converted, times an F32x16."""
+    if not (p == I32x16 and s == F32x16 and acc == F32x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        vt = _vt(F32x16)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt] * 3),
+                                            "llvm.fma.v16f32")
+        return builder.call(fn, [builder.sitofp(args[0], vt), args[1], args[2]])
+
+    return F32x16(p, s, acc), codegen

@@ -91,15 +91,16 @@ def test_exact_in_representable_activations(name, rows):
     assert np.all(np.abs(y - W @ x.astype(np.float64)) <= 2e-6 * bound)
 
 
-@pytest.mark.parametrize("kernel", ["matvec_q4_k", "matvec_q4_k_zmm"])
+@pytest.mark.parametrize("kernel", ["matvec_q4_k", "matvec_q4_k_zmm", "matvec_q6_k", "matvec_q6_k_zmm"])
 @pytest.mark.parametrize("rows", [1, 3, 37])
-def test_q4_k_kernels_both_widths(kernel, rows):
-    """The ymm Q4_K kernel (every AVX2 CPU) and the zmm one (AVX-512BW; elsewhere LLVM splits
-    its vectors, still correct) both exact in representable activations, whichever matvec picks."""
-    n = 768
-    w = synth_blocks("Q4_K", rows, n, seed=rows + 7)
+def test_k_quant_kernels_both_widths(kernel, rows):
+    """The ymm Q4_K / Q6_K kernels (every AVX2 CPU) and the zmm ones (AVX-512BW; elsewhere LLVM
+    splits their vectors, still correct) all exact in representable activations, whichever
+    matvec picks."""
+    n, name = 768, "_".join(kernel.split("_")[1:3]).upper()
+    w = synth_blocks(name, rows, n, seed=rows + 7)
     x = representable_activations(n, rows + 7)
-    W = reference(w, "Q4_K", n)
+    W = reference(w, name, n)
     y = np.empty(rows, np.float32)
     getattr(mv, kernel)(w, x, y)
     bound = np.abs(W) @ np.abs(x.astype(np.float64))
