@@ -586,6 +586,19 @@ def _q6_k_half(w, r, o, h, xq, xd, s0, scale, acc):
     return fma_vec(p, f32x8_mul(lane_pairs(scale, 3), ld(xd, s0 + 3)), acc)
 
 
+@njit(inline="always")
+def _q6_k_block_head(w, r, o, b, xs, offset):
+    """Prefetch ahead, then block b's 16 scales times d (two F32x8, one per half) and the
+    offset accumulator with their sum(x_s) terms added."""
+    for k in range(4):
+        prefetch(w, r, o + PREFETCH + 64 * k)
+    d = f16_pair(w, r, o + 206)[1]  # the fp16 at 208, loaded with the last two scales
+    s0 = f32x8_mul(sbytes_f32(load_u32(w, r, o + 192), load_u32(w, r, o + 196)), d)
+    s1 = f32x8_mul(sbytes_f32(load_u32(w, r, o + 200), load_u32(w, r, o + 204)), d)
+    offset = f32x8_fma(s0, load_f32(xs, 16 * b), offset)
+    return s0, s1, f32x8_fma(s1, load_f32(xs, 16 * b + 8), offset)
+
+
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_q6_k(w, x, y):
     # q = ql | qh << 4 in 0..63; the -32 offset comes out as 32 * sum_s d * sc_s * sum(x_s)
@@ -596,13 +609,7 @@ def matvec_q6_k(w, x, y):
         acc0, acc1, offset = f32x8_zero(), f32x8_zero(), f32x8_zero()
         for b in range(nb):
             o = 210 * b
-            for k in range(4):
-                prefetch(w, r, o + PREFETCH + 64 * k)
-            d = f16_pair(w, r, o + 206)[1]  # the fp16 at 208, loaded with the last two scales
-            s0 = f32x8_mul(sbytes_f32(load_u32(w, r, o + 192), load_u32(w, r, o + 196)), d)
-            s1 = f32x8_mul(sbytes_f32(load_u32(w, r, o + 200), load_u32(w, r, o + 204)), d)
-            offset = f32x8_fma(s0, load_f32(xs, 16 * b), offset)
-            offset = f32x8_fma(s1, load_f32(xs, 16 * b + 8), offset)
+            s0, s1, offset = _q6_k_block_head(w, r, o, b, xs, offset)
             acc0 = _q6_k_half(w, r, o, 0, xq, xd, 8 * b, s0, acc0)
             acc1 = _q6_k_half(w, r, o, 1, xq, xd, 8 * b + 4, s1, acc1)
         y[r] = f32x8_sum(f32x8_add(acc0, acc1)) - np.float32(32) * f32x8_sum(offset)
@@ -648,13 +655,7 @@ def matvec_q6_k_zmm(w, x, y):
         acc, offset = f32x16_zero(), f32x8_zero()
         for b in range(nb):
             o = 210 * b
-            for k in range(4):
-                prefetch(w, r, o + PREFETCH + 64 * k)
-            d = f16_pair(w, r, o + 206)[1]
-            s0 = f32x8_mul(sbytes_f32(load_u32(w, r, o + 192), load_u32(w, r, o + 196)), d)
-            s1 = f32x8_mul(sbytes_f32(load_u32(w, r, o + 200), load_u32(w, r, o + 204)), d)
-            offset = f32x8_fma(s0, load_f32(xs, 16 * b), offset)
-            offset = f32x8_fma(s1, load_f32(xs, 16 * b + 8), offset)
+            s0, s1, offset = _q6_k_block_head(w, r, o, b, xs, offset)
             a = concat(load_w16(w, r, o), load_w16(w, r, o + 64))
             c = concat(load_w16(w, r, o + 32), load_w16(w, r, o + 96))
             hb = load_w32(w, r, o + 128)
