@@ -203,6 +203,30 @@ QUANTIZERS = {"q8_0": quantize_q8_0, "q4_0": quantize_q4_0, "q4_1": quantize_q4_
 
 
 # ----------------------------------------------------------------------------------------------
+# the Hadamard rotation of quantized K / V (llama_kv_cache's attn_rot_k / attn_rot_v)
+
+
+@njit(cache=True, nogil=NOGIL)
+def hadamard_rows(x, n, out):
+    """out = each run of n values of the rows of x float32 [rows, width] times the orthonormal
+    Walsh-Hadamard matrix of size n (ggml_gen_hadamard's, symmetric): a fast transform, the same
+    operations for a row whatever else the batch holds, so a token's K bytes do not depend on
+    which tokens it was decoded with."""
+    scale = F(1) / np.sqrt(F(n))
+    for r in range(x.shape[0]):
+        for c0 in range(0, x.shape[1], n):
+            for k in range(c0, c0 + n):
+                out[r, k] = x[r, k] * scale
+            h = 1
+            while h < n:
+                for i in range(c0, c0 + n, 2 * h):
+                    for j in range(i, i + h):
+                        a, b = out[r, j], out[r, j + h]
+                        out[r, j], out[r, j + h] = a + b, a - b
+                h *= 2
+
+
+# ----------------------------------------------------------------------------------------------
 # store kernels
 
 

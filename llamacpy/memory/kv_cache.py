@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.kv_quant import BLOCK, KV_TYPES, is_quantized, row_units, store_rows
+from ..kernels.kv_quant import (BLOCK, KV_TYPES, hadamard_rows, is_quantized, row_units,
+                                store_rows)
 from ..kernels.kv_store import store_rows_f16
 
 
@@ -194,9 +195,12 @@ def hadamard(n: int) -> np.ndarray | None:
 
 
 def rotated(x: np.ndarray, rot: np.ndarray) -> np.ndarray:
-    """x float32 [..., d] with each run of rot's size multiplied by rot (symmetric)."""
-    n = rot.shape[0]
-    return (np.asarray(x, np.float32).reshape(-1, n) @ rot).reshape(x.shape)
+    """x float32 [..., d] with each run of rot's size multiplied by rot (a Hadamard matrix, by
+    the fast transform: kernels/kv_quant.hadamard_rows)."""
+    rows = np.ascontiguousarray(x, np.float32).reshape(-1, x.shape[-1])
+    out = np.empty_like(rows)
+    hadamard_rows(rows, rot.shape[0], out)
+    return out.reshape(x.shape)
 
 
 def cell_layout(type_k: str, type_v: str, n_seq: int, n_ctx: int, n_head_kv: int, d_k: int,

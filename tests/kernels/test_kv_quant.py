@@ -114,6 +114,10 @@ def test_hadamard_rotation_as_llama_cpp():
     rk = hadamard(rotation_size("q8_0", 128, True))
     assert np.allclose(np.einsum("nhd,nhd->nh", rotated(q, rk), rotated(k, rk)),
                        np.einsum("nhd,nhd->nh", q, k), rtol=1e-4, atol=1e-3)
+    # the fast transform is the product with the matrix, each row alone as in any batch
+    want = (q.reshape(-1, 128).astype(np.float64) @ rk.astype(np.float64)).reshape(q.shape)
+    assert np.allclose(rotated(q, rk), want, rtol=1e-5, atol=1e-5 * np.abs(q).max())
+    assert np.array_equal(rotated(q[1:2], rk), rotated(q, rk)[1:2])
 
 
 @pytest.mark.parametrize("bad", ["q8_1", "q4_k", "F16", "fp8"])
