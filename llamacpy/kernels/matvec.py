@@ -37,7 +37,7 @@ from .simd import (bytes_f32, f16_pair, f16_rows, f32x8_add, f32x8_fma, f32x8_mu
                    load_nibble_words, load_u32, load_w16, madd, prefetch, sbytes_f32, vadd, vand,
                    vor, vsar, vshl, vshr, vsub, vxor, bit_bytes, load_nibbles,
                    shuffle_bytes, HAS_AVX512BW, f32x16_sum, f32x16_zero, fma_lane_pair,
-                   load_i16x32, load_w32, madd32, concat, fma_vec16)
+                   load_i16x32, load_w32, madd32, concat, fma_vec16, f32x16_halves)
 from .threading_layer import NOGIL
 
 PREFETCH = 4096  # bytes ahead of the current position in the row stream (about 1 us at DRAM speed)
@@ -395,6 +395,90 @@ def _scaled_rows(w, x, y, kind):
             y[r3] = f32x8_sum(a3)
 
 
+@njit(inline="always")
+def _row_words(w, r, o, kind):
+    """The I16x16 a block's `_block_dot` starts from, before its madds."""
+    if kind == KIND_Q8_0:
+        return vxor(load_w16(w, r, o + 2), 0x8080)
+    if kind == KIND_Q5_0:
+        return q5_0_bytes(w, r, o)
+    if kind == KIND_Q4_0:
+        return load_nibble_words(w, r, o + 2)
+    return iq4_nl_bytes(w, r, o)
+
+
+@njit(inline="always")
+def _pair_dot(w, ra, rb, o, xe, xo, xc, kind):
+    """I32x16: `_block_dot` of rows ra (lanes 0-7) and rb (lanes 8-15) for one block, the
+    madd side on 512-bit vectors against the block's activations doubled (xe, xo, xc)."""
+    v = concat(_row_words(w, ra, o, kind), _row_words(w, rb, o, kind))
+    if kind == KIND_Q8_0:
+        return vsub(vadd(madd32(vand(v, 0xFF), xe), madd32(vshr(v, 8), xo)), xc)
+    if kind == KIND_Q5_0:
+        return vadd(madd32(vshl(v, 8), xe), madd32(vand(v, -256), xo))
+    if kind == KIND_Q4_0:
+        return vsub(vadd(madd32(vand(v, 15), xe), madd32(vand(vshr(v, 8), 15), xo)), xc)
+    return vadd(madd32(vsar(vshl(v, 8), 8), xe), madd32(vsar(v, 8), xo))
+
+
+@njit(inline="always")
+def _scaled_rows_zmm(w, x, y, kind):
+    """_scaled_rows with two rows per 512-bit vector (AVX-512BW): the same integer lanes,
+    scales and sums, so the same results bit for bit, in half the madd-side instructions."""
+    size = BLOCK_BYTES[kind]
+    rows, nb = w.shape[0], w.shape[1] // size
+    xq, xd = quantize_i16(x)
+    xc = _bias_corrections(xq, 128 if kind == KIND_Q8_0 else 8) \
+        if kind == KIND_Q8_0 or kind == KIND_Q4_0 else np.zeros(8 * nb, np.int32)
+    if kind == KIND_Q5_0:
+        xd = xd * np.float32(1 / 256)  # _q5_0_dot's factor (exact: a power of two)
+    last = rows - 1
+    for g in prange((rows + 3) // 4):
+        r0 = 4 * g
+        r1, r2, r3 = min(r0 + 1, last), min(r0 + 2, last), min(r0 + 3, last)
+        a01, a23 = f32x16_zero(), f32x16_zero()
+        for b in range(nb):
+            o = size * b
+            prefetch(w, r0, PREFETCH + 4 * o)  # the four rows are one contiguous stream
+            prefetch(w, r0, PREFETCH + 4 * o + 64)
+            d = f32x8_mul(f16_rows(w, r0, r1, r2, r3, o), ld(xd, b))
+            e, od = load_i16(xq, 32 * b), load_i16(xq, 32 * b + 16)
+            xe, xo = concat(e, e), concat(od, od)
+            c = load_i32(xc, 8 * b)
+            xcc = concat(c, c)
+            a01 = fma_lane_pair(_pair_dot(w, r0, r1, o, xe, xo, xcc, kind), d, 0, 1, a01)
+            a23 = fma_lane_pair(_pair_dot(w, r2, r3, o, xe, xo, xcc, kind), d, 2, 3, a23)
+        h0, h1 = f32x16_halves(a01)
+        h2, h3 = f32x16_halves(a23)
+        y[r0] = f32x8_sum(h0)
+        if r1 > r0:
+            y[r1] = f32x8_sum(h1)
+        if r2 > r1:
+            y[r2] = f32x8_sum(h2)
+        if r3 > r2:
+            y[r3] = f32x8_sum(h3)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def matvec_q8_0_zmm(w, x, y):
+    _scaled_rows_zmm(w, x, y, KIND_Q8_0)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def matvec_q5_0_zmm(w, x, y):
+    _scaled_rows_zmm(w, x, y, KIND_Q5_0)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def matvec_iq4_nl_zmm(w, x, y):
+    _scaled_rows_zmm(w, x, y, KIND_IQ4_NL)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def matvec_q4_0_zmm(w, x, y):
+    _scaled_rows_zmm(w, x, y, KIND_Q4_0)
+
+
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_q8_0(w, x, y):
     _scaled_rows(w, x, y, KIND_Q8_0)
@@ -678,17 +762,17 @@ def matvec_q6_k_zmm(w, x, y):
 MATVEC_KERNELS = {
     GGMLType.F16: matvec_f16,
     GGMLType.BF16: matvec_bf16,
-    GGMLType.Q4_0: matvec_q4_0,
+    GGMLType.Q4_0: matvec_q4_0_zmm if HAS_AVX512BW else matvec_q4_0,
     GGMLType.Q4_1: matvec_q4_1,
-    GGMLType.Q5_0: matvec_q5_0,
+    GGMLType.Q5_0: matvec_q5_0_zmm if HAS_AVX512BW else matvec_q5_0,
     GGMLType.Q5_1: matvec_q5_1,
-    GGMLType.Q8_0: matvec_q8_0,
+    GGMLType.Q8_0: matvec_q8_0_zmm if HAS_AVX512BW else matvec_q8_0,
     GGMLType.Q2_K: matvec_q2_k,
     GGMLType.Q3_K: matvec_q3_k,
     GGMLType.Q4_K: matvec_q4_k_zmm if HAS_AVX512BW else matvec_q4_k,
     GGMLType.Q5_K: matvec_q5_k,
     GGMLType.Q6_K: matvec_q6_k_zmm if HAS_AVX512BW else matvec_q6_k,
-    GGMLType.IQ4_NL: matvec_iq4_nl,
+    GGMLType.IQ4_NL: matvec_iq4_nl_zmm if HAS_AVX512BW else matvec_iq4_nl,
     GGMLType.IQ4_XS: matvec_iq4_xs,
 }
 

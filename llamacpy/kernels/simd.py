@@ -951,12 +951,12 @@ def f32x16_sum(typingctx, a):
     return types.float32(a), codegen
 
 
-_WIDER = {I16x16: I16x32, F32x8: F32x16}
+_WIDER = {I16x16: I16x32, I32x8: I32x16, F32x8: F32x16}
 
 
 @intrinsic
 def concat(typingctx, a, b):
-    """[a..., b...]: two I16x16 as an I16x32, or two F32x8 as an F32x16."""
+    """[a..., b...]: two I16x16 as an I16x32, two I32x8 as an I32x16, two F32x8 as an F32x16."""
     if not (a == b and a in _WIDER):
         return None
     wide = _WIDER[a]
@@ -981,3 +981,17 @@ def fma_vec16(typingctx, p, s, acc):
         return builder.call(fn, [builder.sitofp(args[0], vt), args[1], args[2]])
 
     return F32x16(p, s, acc), codegen
+
+
+@intrinsic
+def f32x16_halves(typingctx, a):
+    """(lanes 0-7, lanes 8-15) of an F32x16 as two F32x8."""
+    if a != F32x16:
+        return None
+    retty = types.UniTuple(F32x8, 2)
+
+    def codegen(context, builder, sig, args):
+        halves = [_lanes(builder, args[0], list(range(k, k + 8))) for k in (0, 8)]
+        return context.make_tuple(builder, retty, halves)
+
+    return retty(a), codegen

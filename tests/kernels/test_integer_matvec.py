@@ -107,6 +107,24 @@ def test_k_quant_kernels_both_widths(kernel, rows):
     assert np.all(np.abs(y - W @ x.astype(np.float64)) <= 2e-6 * bound)
 
 
+@pytest.mark.parametrize("name", ["Q8_0", "Q5_0", "IQ4_NL", "Q4_0"])
+@pytest.mark.parametrize("rows", [1, 2, 5, 38])
+def test_scaled_row_kernels_both_widths_bit_identical(name, rows):
+    """Two rows per 512-bit vector give the ymm kernel's integer lanes, scales and sums: the
+    same float32 results bit for bit (so a Q5_0 / IQ4_NL matrix still equals its Q8_0 repack
+    on either width), row counts that leave a pair or a group short included."""
+    n = 512
+    w = synth_blocks(name, rows, n, seed=rows + 11)
+    x = activations(n, rows)
+    ymm, zmm = np.empty(rows, np.float32), np.empty(rows, np.float32)
+    getattr(mv, f"matvec_{name.lower()}")(w, x, ymm)
+    getattr(mv, f"matvec_{name.lower()}_zmm")(w, x, zmm)
+    assert np.array_equal(ymm, zmm)
+    W = reference(w, name, n)
+    bound = np.abs(W) @ np.abs(x.astype(np.float64))
+    assert np.all(np.abs(zmm - W @ dequantized_activations(x)) <= 2e-6 * bound)
+
+
 @pytest.mark.parametrize("name", INTEGER_TYPES)
 @pytest.mark.parametrize("n_tokens", [2, 3, 4, 5])
 def test_several_tokens_exact_in_representable_activations(name, n_tokens):
