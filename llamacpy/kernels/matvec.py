@@ -540,6 +540,45 @@ def matvec_q4_1(w, x, y):
             y[r3] = f32x8_sum(a3) + lane(mins, 3)
 
 
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def matvec_q4_1_zmm(w, x, y):
+    """matvec_q4_1 with two rows per 512-bit vector (AVX-512BW), as _scaled_rows_zmm: the same
+    lanes, scales and sums, so the same results bit for bit."""
+    rows, nb = w.shape[0], w.shape[1] // 20
+    xq, xd = quantize_i16(x)
+    xs = _block_sums(x, 32)
+    last = rows - 1
+    for g in prange((rows + 3) // 4):
+        r0 = 4 * g
+        r1, r2, r3 = min(r0 + 1, last), min(r0 + 2, last), min(r0 + 3, last)
+        a01, a23, mins = f32x16_zero(), f32x16_zero(), f32x8_zero()
+        for b in range(nb):
+            o = 20 * b
+            prefetch(w, r0, PREFETCH + 80 * b)
+            prefetch(w, r0, PREFETCH + 80 * b + 64)
+            d = f32x8_mul(f16_rows(w, r0, r1, r2, r3, o), ld(xd, b))
+            mins = f32x8_fma(f16_rows(w, r0, r1, r2, r3, o + 2), ld(xs, b), mins)
+            e, od = load_i16(xq, 32 * b), load_i16(xq, 32 * b + 16)
+            xe, xo = concat(e, e), concat(od, od)
+            for pair in range(2):
+                ra, rb = (r0, r1) if pair == 0 else (r2, r3)
+                v = concat(load_nibble_words(w, ra, o + 4), load_nibble_words(w, rb, o + 4))
+                p = vadd(madd32(vand(v, 15), xe), madd32(vand(vshr(v, 8), 15), xo))
+                if pair == 0:
+                    a01 = fma_lane_pair(p, d, 0, 1, a01)
+                else:
+                    a23 = fma_lane_pair(p, d, 2, 3, a23)
+        h0, h1 = f32x16_halves(a01)
+        h2, h3 = f32x16_halves(a23)
+        y[r0] = f32x8_sum(h0) + lane(mins, 0)
+        if r1 > r0:
+            y[r1] = f32x8_sum(h1) + lane(mins, 1)
+        if r2 > r1:
+            y[r2] = f32x8_sum(h2) + lane(mins, 2)
+        if r3 > r2:
+            y[r3] = f32x8_sum(h3) + lane(mins, 3)
+
+
 K4_LOW6, K4_LOW4, K4_HIGH2 = np.uint32(0x3F3F3F3F), np.uint32(0x0F0F0F0F), np.uint32(0x03030303)
 
 
@@ -763,7 +802,7 @@ MATVEC_KERNELS = {
     GGMLType.F16: matvec_f16,
     GGMLType.BF16: matvec_bf16,
     GGMLType.Q4_0: matvec_q4_0_zmm if HAS_AVX512BW else matvec_q4_0,
-    GGMLType.Q4_1: matvec_q4_1,
+    GGMLType.Q4_1: matvec_q4_1_zmm if HAS_AVX512BW else matvec_q4_1,
     GGMLType.Q5_0: matvec_q5_0_zmm if HAS_AVX512BW else matvec_q5_0,
     GGMLType.Q5_1: matvec_q5_1,
     GGMLType.Q8_0: matvec_q8_0_zmm if HAS_AVX512BW else matvec_q8_0,

@@ -107,7 +107,7 @@ def test_k_quant_kernels_both_widths(kernel, rows):
     assert np.all(np.abs(y - W @ x.astype(np.float64)) <= 2e-6 * bound)
 
 
-@pytest.mark.parametrize("name", ["Q8_0", "Q5_0", "IQ4_NL", "Q4_0"])
+@pytest.mark.parametrize("name", ["Q8_0", "Q5_0", "IQ4_NL", "Q4_0", "Q4_1"])
 @pytest.mark.parametrize("rows", [1, 2, 5, 38])
 def test_scaled_row_kernels_both_widths_bit_identical(name, rows):
     """Two rows per 512-bit vector give the ymm kernel's integer lanes, scales and sums: the
@@ -120,9 +120,10 @@ def test_scaled_row_kernels_both_widths_bit_identical(name, rows):
     getattr(mv, f"matvec_{name.lower()}")(w, x, ymm)
     getattr(mv, f"matvec_{name.lower()}_zmm")(w, x, zmm)
     assert np.array_equal(ymm, zmm)
-    W = reference(w, name, n)
-    bound = np.abs(W) @ np.abs(x.astype(np.float64))
-    assert np.all(np.abs(zmm - W @ dequantized_activations(x)) <= 2e-6 * bound)
+    if name != "Q4_1":  # its min terms use x itself (test_exact_in_... covers Q4_1's bound)
+        W = reference(w, name, n)
+        bound = np.abs(W) @ np.abs(x.astype(np.float64))
+        assert np.all(np.abs(zmm - W @ dequantized_activations(x)) <= 2e-6 * bound)
 
 
 @pytest.mark.parametrize("name", INTEGER_TYPES)
