@@ -53,7 +53,7 @@ def main() -> None:
     drafter.draft(0, history + [history[-1]], args.n_draft)  # catches up on the whole prompt
     t_first = time.perf_counter() - t_first
     times: dict[str, list[float]] = {"target step (1 row)": [], "draft (catch-up + n steps)": [],
-                                     f"verify (1 + n rows)": []}
+                                     "verify (1 + n rows)": []}
     for r in range(args.repeat + 1):
         sampled = int(rng.integers(100, 1000))
         t0 = time.perf_counter()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory.batch import Batch
+from .sequence import common_prefix
 
 TOP_K = 10  # the draft sampler's top-k (common_sampler with COMMON_SAMPLER_TYPE_TOP_K)
 CHUNK = 512  # rows per forward of the block while it catches up on a prompt
@@ -72,11 +73,9 @@ class MtpDrafter:
         """Fill the block's cache with (x_p, h_{p-1}) for every position of `tokens` that it
         does not hold yet, after the longest prefix it holds."""
         held = self.tokens[seq]
-        n = 0
-        for a, b in zip(held, tokens):
-            if a != b:
-                break
-            n += 1
+        n = len(held)
+        if tokens[:n] != held:  # one C-level comparison per step in the usual case
+            n = common_prefix(held, tokens)
         n = self.cache.trim(seq, n)
         for start in range(n, len(tokens), CHUNK):
             stop = min(start + CHUNK, len(tokens))

@@ -234,14 +234,14 @@ def _even_odd(w, r, b, kind, gs):
     the activations: (I16x16, I16x16). Q6_K's 16-weight scales and -32 offset are folded in
     (|q - 32| <= 32, |scale| <= 128: the products fit int16, four of them times int16 activations
     an int32 madd lane)."""
-    if kind == KIND_Q5_0:  # 256 (q - 16): see matvec._q5_0_dot; _block_scales divides by 256
+    if kind == KIND_Q5_0:  # 256 (q - 16): see matvec._even_odd; _block_scales divides by 256
         v = q5_0_bytes(w, r, 22 * b)
         return vshl(v, 8), vand(v, -256)
     if kind == KIND_IQ4_NL:
         v = iq4_nl_bytes(w, r, 18 * b)  # int8 grid values
         return vsar(vshl(v, 8), 8), vsar(v, 8)
     if kind == KIND_Q4_1:
-        v = load_nibble_words(w, r, 20 * b + 4)  # see matvec._q4_1_dot
+        v = load_nibble_words(w, r, 20 * b + 4)  # see matvec._row_words
         return vand(v, 15), vand(vshr(v, 8), 15)
     if kind == KIND_Q4_0:  # the nibbles as Q4_1's, less their offset of 8
         v = load_nibble_words(w, r, 18 * b + 2)

@@ -37,7 +37,7 @@ from .simd import (bytes_f32, f16_pair, f16_rows, f32x8_add, f32x8_fma, f32x8_mu
                    load_nibble_words, load_u32, load_w16, madd, prefetch, sbytes_f32, vadd, vand,
                    vor, vsar, vshl, vshr, vsub, vxor, bit_bytes, load_nibbles,
                    shuffle_bytes, HAS_AVX512BW, f32x16_sum, f32x16_zero, fma_lane_pair,
-                   load_i16x32, load_w32, madd32, concat, fma_vec16, f32x16_halves)
+                   load_i16x32, load_w32, concat, f32x16_halves)
 from .threading_layer import NOGIL
 
 PREFETCH = 4096  # bytes ahead of the current position in the row stream (about 1 us at DRAM speed)
@@ -278,7 +278,7 @@ def quantize_i16_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 @njit(inline="always")
 def _bias_corrections(xq, bias):
     """int32 [8 per block]: lane k holds `bias` times the four activations a block dot pairs in
-    lane k (`_q8_0_dot`, `_q5_0_dot`), the term that biasing the weights by +bias adds."""
+    lane k (`_words_dot`), the term that biasing the weights by +bias adds."""
     xc = np.empty(xq.shape[0] // 4, np.int32)
     for b in range(xq.shape[0] // 32):
         for k in range(8):
@@ -289,31 +289,10 @@ def _bias_corrections(xq, bias):
 
 
 @njit(inline="always")
-def _q8_0_dot(w, r, o, xq, xc, b):
-    """I32x8 whose lanes sum to the dot product of block b's 32 int8 quants (at byte o + 2 of row
-    r) with int16 activations. The bytes are biased to unsigned (xor 0x80 = +128), so the even
-    byte of each word is a mask and the odd one a shift away, with no sign extension."""
-    v = vxor(load_w16(w, r, o + 2), 0x8080)
-    even = madd(vand(v, 0xFF), load_i16(xq, 32 * b))
-    odd = madd(vshr(v, 8), load_i16(xq, 32 * b + 16))
-    return vsub(vadd(even, odd), load_i32(xc, 8 * b))
-
-
-@njit(inline="always")
 def q5_0_bytes(w, r, o):
     """I16x16 whose byte p is quant p - 16 (int8) of the Q5_0 block at byte o: the nibbles of qs
     (o + 6), with 0xF0 (-16) or'ed in where the fifth bit (qh at o + 2) is clear."""
     return vor(load_nibbles(w, r, o + 6), bit_bytes(w, r, o + 2, 0, 0xF0))
-
-
-@njit(inline="always")
-def _q5_0_dot(w, r, o, xq, xc, b):
-    """256 times what `_q8_0_dot` gives for a Q5_0 block: the signed bytes at the top of each
-    word (shifted up, or masked) need no sign extension, and 256 * |q - 16| <= 4096 keeps the
-    four products of a lane far from int32 overflow, exact in float32 (the scale is / 256)."""
-    v = q5_0_bytes(w, r, o)
-    even = madd(vshl(v, 8), load_i16(xq, 32 * b))
-    return vadd(even, madd(vand(v, -256), load_i16(xq, 32 * b + 16)))
 
 
 IQ4_NL_I8 = IQ4_NL_GRID.astype(np.int8)
@@ -326,157 +305,148 @@ def iq4_nl_bytes(w, r, o):
     return shuffle_bytes(IQ4_NL_I8, load_nibbles(w, r, o + 2))
 
 
-@njit(inline="always")
-def _iq4_nl_dot(w, r, o, xq, xc, b):
-    """As `_q8_0_dot` for an IQ4_NL block (grid values sign-extended from the bytes)."""
-    v = iq4_nl_bytes(w, r, o)
-    even = madd(vsar(vshl(v, 8), 8), load_i16(xq, 32 * b))
-    return vadd(even, madd(vsar(v, 8), load_i16(xq, 32 * b + 16)))
-
-
-@njit(inline="always")
-def _q4_0_dot(w, r, o, xq, xc, b):
-    """As `_q8_0_dot` for a Q4_0 block: the nibbles (16 bytes at o + 2, quant j low, j + 16
-    high) as in `_q4_1_dot`, the -8 offset taken off with the bias corrections of 8."""
-    v = load_nibble_words(w, r, o + 2)
-    dot = vadd(madd(vand(v, 15), load_i16(xq, 32 * b)),
-               madd(vand(vshr(v, 8), 15), load_i16(xq, 32 * b + 16)))
-    return vsub(dot, load_i32(xc, 8 * b))
-
-
-KIND_Q8_0, KIND_Q5_0, KIND_IQ4_NL, KIND_Q4_0 = 0, 1, 2, 3  # constants once the kernels are inlined
-BLOCK_BYTES = (34, 22, 18, 18)
-
-
-@njit(inline="always")
-def _block_dot(w, r, o, xq, xc, b, kind):
-    if kind == KIND_Q8_0:
-        return _q8_0_dot(w, r, o, xq, xc, b)
-    if kind == KIND_Q5_0:
-        return _q5_0_dot(w, r, o, xq, xc, b)
-    if kind == KIND_Q4_0:
-        return _q4_0_dot(w, r, o, xq, xc, b)
-    return _iq4_nl_dot(w, r, o, xq, xc, b)
-
-
-@njit(inline="always")
-def _scaled_rows(w, x, y, kind):
-    """y = W x for the types with one fp16 scale at the start of each 32-weight block (Q8_0,
-    Q5_0, IQ4_NL): four rows per pass share the activation loads and convert their four scales
-    at once. A row's lanes get the same integers for the same weights whatever the block type,
-    so a Q5_0 / IQ4_NL matrix gives bit for bit the result of its Q8_0 repack."""
-    size = BLOCK_BYTES[kind]
-    rows, nb = w.shape[0], w.shape[1] // size
-    xq, xd = quantize_i16(x)
-    xc = _bias_corrections(xq, 128 if kind == KIND_Q8_0 else 8) \
-        if kind == KIND_Q8_0 or kind == KIND_Q4_0 else np.empty(0, np.int32)
-    if kind == KIND_Q5_0:
-        xd = xd * np.float32(1 / 256)  # _q5_0_dot's factor (exact: a power of two)
-    last = rows - 1
-    for g in prange((rows + 3) // 4):
-        r0 = 4 * g
-        r1, r2, r3 = min(r0 + 1, last), min(r0 + 2, last), min(r0 + 3, last)
-        a0, a1, a2, a3 = f32x8_zero(), f32x8_zero(), f32x8_zero(), f32x8_zero()
-        for b in range(nb):
-            o = size * b
-            prefetch(w, r0, PREFETCH + 4 * o)  # the four rows are one contiguous stream
-            prefetch(w, r0, PREFETCH + 4 * o + 64)
-            d = f32x8_mul(f16_rows(w, r0, r1, r2, r3, o), ld(xd, b))
-            a0 = fma_lane(_block_dot(w, r0, o, xq, xc, b, kind), d, 0, a0)
-            a1 = fma_lane(_block_dot(w, r1, o, xq, xc, b, kind), d, 1, a1)
-            a2 = fma_lane(_block_dot(w, r2, o, xq, xc, b, kind), d, 2, a2)
-            a3 = fma_lane(_block_dot(w, r3, o, xq, xc, b, kind), d, 3, a3)
-        y[r0] = f32x8_sum(a0)
-        if r1 > r0:
-            y[r1] = f32x8_sum(a1)
-        if r2 > r1:
-            y[r2] = f32x8_sum(a2)
-        if r3 > r2:
-            y[r3] = f32x8_sum(a3)
+# constants once the kernels are inlined
+KIND_Q8_0, KIND_Q5_0, KIND_IQ4_NL, KIND_Q4_0, KIND_Q4_1 = 0, 1, 2, 3, 4
+BLOCK_BYTES = (34, 22, 18, 18, 20)
 
 
 @njit(inline="always")
 def _row_words(w, r, o, kind):
-    """The I16x16 a block's `_block_dot` starts from, before its madds."""
+    """I16x16: the 32 quants of the block at byte o of row r, two to a word, in the form
+    `_even_odd` splits:
+    - Q8_0: the int8 bytes biased to unsigned (xor 0x80 = +128; `_bias_corrections` takes the
+      128 off), so that no sign extension is needed;
+    - Q5_0: q - 16 as int8 (`q5_0_bytes`); IQ4_NL: the int8 grid values (`iq4_nl_bytes`);
+    - Q4_0 / Q4_1: the nibbles, quant j low and j + 16 high in the bytes, shifted so that even
+      bytes hold the quants at even positions in activation order, odd bytes the odd ones."""
     if kind == KIND_Q8_0:
         return vxor(load_w16(w, r, o + 2), 0x8080)
     if kind == KIND_Q5_0:
         return q5_0_bytes(w, r, o)
     if kind == KIND_Q4_0:
         return load_nibble_words(w, r, o + 2)
+    if kind == KIND_Q4_1:
+        return load_nibble_words(w, r, o + 4)
     return iq4_nl_bytes(w, r, o)
 
 
 @njit(inline="always")
-def _pair_dot(w, ra, rb, o, xe, xo, xc, kind):
-    """I32x16: `_block_dot` of rows ra (lanes 0-7) and rb (lanes 8-15) for one block, the
-    madd side on 512-bit vectors against the block's activations doubled (xe, xo, xc)."""
-    v = concat(_row_words(w, ra, o, kind), _row_words(w, rb, o, kind))
+def _even_odd(v, kind):
+    """The even and odd bytes of `_row_words` (an I16x16, or two rows' as an I16x32) as int16
+    lanes for `madd`. Q5_0's signed bytes stay at the top of each word (256 times the quant:
+    256 * |q - 16| <= 4096 keeps a lane's four products far from int32 overflow, exact in
+    float32; its scales are divided by 256)."""
     if kind == KIND_Q8_0:
-        return vsub(vadd(madd32(vand(v, 0xFF), xe), madd32(vshr(v, 8), xo)), xc)
+        return vand(v, 0xFF), vshr(v, 8)
     if kind == KIND_Q5_0:
-        return vadd(madd32(vshl(v, 8), xe), madd32(vand(v, -256), xo))
-    if kind == KIND_Q4_0:
-        return vsub(vadd(madd32(vand(v, 15), xe), madd32(vand(vshr(v, 8), 15), xo)), xc)
-    return vadd(madd32(vsar(vshl(v, 8), 8), xe), madd32(vsar(v, 8), xo))
+        return vshl(v, 8), vand(v, -256)
+    if kind == KIND_IQ4_NL:
+        return vsar(vshl(v, 8), 8), vsar(v, 8)
+    return vand(v, 15), vand(vshr(v, 8), 15)  # Q4_0, Q4_1
+
+
+@njit(inline="always")
+def _words_dot(v, xe, xo, xc, kind):
+    """Lanes summing to the dot products of the words `v` with the activations at even (xe) and
+    odd (xo) positions, less the bias corrections xc where the kind has them (Q8_0's +128, Q4_0's
+    +8 offsets)."""
+    even, odd = _even_odd(v, kind)
+    p = vadd(madd(even, xe), madd(odd, xo))
+    return vsub(p, xc) if kind == KIND_Q8_0 or kind == KIND_Q4_0 else p
+
+
+@njit(inline="always")
+def _block_activations(x, kind):
+    """quantize_i16's (xq, xd) and the bias corrections the kind needs (zeros otherwise), with
+    xd divided by 256 for Q5_0's words (exact: a power of two)."""
+    xq, xd = quantize_i16(x)
+    xc = _bias_corrections(xq, 128 if kind == KIND_Q8_0 else 8) \
+        if kind == KIND_Q8_0 or kind == KIND_Q4_0 else np.zeros(xq.shape[0] // 4, np.int32)
+    if kind == KIND_Q5_0:
+        xd = xd * np.float32(1 / 256)
+    return xq, xd, xc
+
+
+@njit(inline="always")
+def _four_rows(w, g, last, size, b, xd):
+    """Rows r0..r3 of group g (the last ones repeated past the end), prefetched at block b, and
+    their four scales times the block's activation scale (lanes 0-3)."""
+    r0 = 4 * g
+    r1, r2, r3 = min(r0 + 1, last), min(r0 + 2, last), min(r0 + 3, last)
+    o = size * b
+    prefetch(w, r0, PREFETCH + 4 * o)  # the four rows are one contiguous stream
+    prefetch(w, r0, PREFETCH + 4 * o + 64)
+    return r0, r1, r2, r3, f32x8_mul(f16_rows(w, r0, r1, r2, r3, o), ld(xd, b))
+
+
+@njit(inline="always")
+def _store_four(y, g, last, s0, s1, s2, s3):
+    """y[4g..4g + 3] = s0..s3, the rows that exist."""
+    r0 = 4 * g
+    y[r0] = s0
+    if r0 + 1 <= last:
+        y[r0 + 1] = s1
+    if r0 + 2 <= last:
+        y[r0 + 2] = s2
+    if r0 + 3 <= last:
+        y[r0 + 3] = s3
+
+
+@njit(inline="always")
+def _scaled_rows(w, x, y, kind):
+    """y = W x for the types with one fp16 scale at the start of each 32-weight block (Q8_0,
+    Q5_0, IQ4_NL, Q4_0; Q4_1 with its min as well): four rows per pass share the activation
+    loads and convert their four scales at once. A row's lanes get the same integers for the
+    same weights whatever the block type, so a Q5_0 / IQ4_NL matrix gives bit for bit the result
+    of its Q8_0 repack. Q4_1: y = sum_b d_b * dx_b * (q . xq)_b + m_b * sum(x_b)."""
+    size = BLOCK_BYTES[kind]
+    rows, nb = w.shape[0], w.shape[1] // size
+    xq, xd, xc = _block_activations(x, kind)
+    xs = _block_sums(x, 32) if kind == KIND_Q4_1 else xd
+    last = rows - 1
+    for g in prange((rows + 3) // 4):
+        a0, a1, a2, a3, mins = f32x8_zero(), f32x8_zero(), f32x8_zero(), f32x8_zero(), f32x8_zero()
+        for b in range(nb):
+            r0, r1, r2, r3, d = _four_rows(w, g, last, size, b, xd)
+            o = size * b
+            if kind == KIND_Q4_1:
+                mins = f32x8_fma(f16_rows(w, r0, r1, r2, r3, o + 2), ld(xs, b), mins)
+            xe, xo, c = load_i16(xq, 32 * b), load_i16(xq, 32 * b + 16), load_i32(xc, 8 * b)
+            a0 = fma_lane(_words_dot(_row_words(w, r0, o, kind), xe, xo, c, kind), d, 0, a0)
+            a1 = fma_lane(_words_dot(_row_words(w, r1, o, kind), xe, xo, c, kind), d, 1, a1)
+            a2 = fma_lane(_words_dot(_row_words(w, r2, o, kind), xe, xo, c, kind), d, 2, a2)
+            a3 = fma_lane(_words_dot(_row_words(w, r3, o, kind), xe, xo, c, kind), d, 3, a3)
+        _store_four(y, g, last, f32x8_sum(a0) + lane(mins, 0), f32x8_sum(a1) + lane(mins, 1),
+                    f32x8_sum(a2) + lane(mins, 2), f32x8_sum(a3) + lane(mins, 3))
 
 
 @njit(inline="always")
 def _scaled_rows_zmm(w, x, y, kind):
-    """_scaled_rows with two rows per 512-bit vector (AVX-512BW): the same integer lanes,
-    scales and sums, so the same results bit for bit, in half the madd-side instructions."""
+    """_scaled_rows with two rows per 512-bit vector (AVX-512BW): each row's words are built as
+    before, then joined, so the madds, masks, shifts, conversions and FMAs run once per row
+    pair. The same integer lanes, scales and sums: the same results bit for bit."""
     size = BLOCK_BYTES[kind]
     rows, nb = w.shape[0], w.shape[1] // size
-    xq, xd = quantize_i16(x)
-    xc = _bias_corrections(xq, 128 if kind == KIND_Q8_0 else 8) \
-        if kind == KIND_Q8_0 or kind == KIND_Q4_0 else np.zeros(8 * nb, np.int32)
-    if kind == KIND_Q5_0:
-        xd = xd * np.float32(1 / 256)  # _q5_0_dot's factor (exact: a power of two)
+    xq, xd, xc = _block_activations(x, kind)
+    xs = _block_sums(x, 32) if kind == KIND_Q4_1 else xd
     last = rows - 1
     for g in prange((rows + 3) // 4):
-        r0 = 4 * g
-        r1, r2, r3 = min(r0 + 1, last), min(r0 + 2, last), min(r0 + 3, last)
-        a01, a23 = f32x16_zero(), f32x16_zero()
+        a01, a23, mins = f32x16_zero(), f32x16_zero(), f32x8_zero()
         for b in range(nb):
+            r0, r1, r2, r3, d = _four_rows(w, g, last, size, b, xd)
             o = size * b
-            prefetch(w, r0, PREFETCH + 4 * o)  # the four rows are one contiguous stream
-            prefetch(w, r0, PREFETCH + 4 * o + 64)
-            d = f32x8_mul(f16_rows(w, r0, r1, r2, r3, o), ld(xd, b))
-            e, od = load_i16(xq, 32 * b), load_i16(xq, 32 * b + 16)
-            xe, xo = concat(e, e), concat(od, od)
-            c = load_i32(xc, 8 * b)
-            xcc = concat(c, c)
-            a01 = fma_lane_pair(_pair_dot(w, r0, r1, o, xe, xo, xcc, kind), d, 0, 1, a01)
-            a23 = fma_lane_pair(_pair_dot(w, r2, r3, o, xe, xo, xcc, kind), d, 2, 3, a23)
+            if kind == KIND_Q4_1:
+                mins = f32x8_fma(f16_rows(w, r0, r1, r2, r3, o + 2), ld(xs, b), mins)
+            e, od, c = load_i16(xq, 32 * b), load_i16(xq, 32 * b + 16), load_i32(xc, 8 * b)
+            xe, xo, cc = concat(e, e), concat(od, od), concat(c, c)
+            v01 = concat(_row_words(w, r0, o, kind), _row_words(w, r1, o, kind))
+            v23 = concat(_row_words(w, r2, o, kind), _row_words(w, r3, o, kind))
+            a01 = fma_lane_pair(_words_dot(v01, xe, xo, cc, kind), d, 0, 1, a01)
+            a23 = fma_lane_pair(_words_dot(v23, xe, xo, cc, kind), d, 2, 3, a23)
         h0, h1 = f32x16_halves(a01)
         h2, h3 = f32x16_halves(a23)
-        y[r0] = f32x8_sum(h0)
-        if r1 > r0:
-            y[r1] = f32x8_sum(h1)
-        if r2 > r1:
-            y[r2] = f32x8_sum(h2)
-        if r3 > r2:
-            y[r3] = f32x8_sum(h3)
-
-
-@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
-def matvec_q8_0_zmm(w, x, y):
-    _scaled_rows_zmm(w, x, y, KIND_Q8_0)
-
-
-@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
-def matvec_q5_0_zmm(w, x, y):
-    _scaled_rows_zmm(w, x, y, KIND_Q5_0)
-
-
-@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
-def matvec_iq4_nl_zmm(w, x, y):
-    _scaled_rows_zmm(w, x, y, KIND_IQ4_NL)
-
-
-@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
-def matvec_q4_0_zmm(w, x, y):
-    _scaled_rows_zmm(w, x, y, KIND_Q4_0)
+        _store_four(y, g, last, f32x8_sum(h0) + lane(mins, 0), f32x8_sum(h1) + lane(mins, 1),
+                    f32x8_sum(h2) + lane(mins, 2), f32x8_sum(h3) + lane(mins, 3))
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
@@ -499,84 +469,35 @@ def matvec_q4_0(w, x, y):
     _scaled_rows(w, x, y, KIND_Q4_0)
 
 
-@njit(inline="always")
-def _q4_1_dot(w, r, o, xq, b):
-    """I32x8 summing to the dot product of block b's 32 nibbles (16 bytes at o + 4: quant j in
-    the low nibble of byte j, quant j + 16 in the high one) with the int16 activations. With the
-    high nibbles shifted down behind the low ones, the even bytes of each word hold the quants
-    at even positions in activation order, the odd bytes those at odd positions."""
-    v = load_nibble_words(w, r, o + 4)
-    return vadd(madd(vand(v, 15), load_i16(xq, 32 * b)),
-                madd(vand(vshr(v, 8), 15), load_i16(xq, 32 * b + 16)))
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def matvec_q4_1(w, x, y):
+    _scaled_rows(w, x, y, KIND_Q4_1)
+
+
+# the same on 512-bit vectors (top-level functions: numba's cache does not find closures)
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def matvec_q8_0_zmm(w, x, y):
+    _scaled_rows_zmm(w, x, y, KIND_Q8_0)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
-def matvec_q4_1(w, x, y):
-    # y = sum_b d_b * dx_b * (q . xq)_b + m_b * sum(x_b); four rows per pass, as for Q8_0
-    rows, nb = w.shape[0], w.shape[1] // 20
-    xq, xd = quantize_i16(x)
-    xs = _block_sums(x, 32)
-    last = rows - 1
-    for g in prange((rows + 3) // 4):
-        r0 = 4 * g
-        r1, r2, r3 = min(r0 + 1, last), min(r0 + 2, last), min(r0 + 3, last)
-        a0, a1, a2, a3, mins = f32x8_zero(), f32x8_zero(), f32x8_zero(), f32x8_zero(), f32x8_zero()
-        for b in range(nb):
-            o = 20 * b
-            prefetch(w, r0, PREFETCH + 80 * b)
-            prefetch(w, r0, PREFETCH + 80 * b + 64)
-            d = f32x8_mul(f16_rows(w, r0, r1, r2, r3, o), ld(xd, b))
-            mins = f32x8_fma(f16_rows(w, r0, r1, r2, r3, o + 2), ld(xs, b), mins)
-            a0 = fma_lane(_q4_1_dot(w, r0, o, xq, b), d, 0, a0)
-            a1 = fma_lane(_q4_1_dot(w, r1, o, xq, b), d, 1, a1)
-            a2 = fma_lane(_q4_1_dot(w, r2, o, xq, b), d, 2, a2)
-            a3 = fma_lane(_q4_1_dot(w, r3, o, xq, b), d, 3, a3)
-        y[r0] = f32x8_sum(a0) + lane(mins, 0)
-        if r1 > r0:
-            y[r1] = f32x8_sum(a1) + lane(mins, 1)
-        if r2 > r1:
-            y[r2] = f32x8_sum(a2) + lane(mins, 2)
-        if r3 > r2:
-            y[r3] = f32x8_sum(a3) + lane(mins, 3)
+def matvec_q5_0_zmm(w, x, y):
+    _scaled_rows_zmm(w, x, y, KIND_Q5_0)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def matvec_iq4_nl_zmm(w, x, y):
+    _scaled_rows_zmm(w, x, y, KIND_IQ4_NL)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def matvec_q4_0_zmm(w, x, y):
+    _scaled_rows_zmm(w, x, y, KIND_Q4_0)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_q4_1_zmm(w, x, y):
-    """matvec_q4_1 with two rows per 512-bit vector (AVX-512BW), as _scaled_rows_zmm: the same
-    lanes, scales and sums, so the same results bit for bit."""
-    rows, nb = w.shape[0], w.shape[1] // 20
-    xq, xd = quantize_i16(x)
-    xs = _block_sums(x, 32)
-    last = rows - 1
-    for g in prange((rows + 3) // 4):
-        r0 = 4 * g
-        r1, r2, r3 = min(r0 + 1, last), min(r0 + 2, last), min(r0 + 3, last)
-        a01, a23, mins = f32x16_zero(), f32x16_zero(), f32x8_zero()
-        for b in range(nb):
-            o = 20 * b
-            prefetch(w, r0, PREFETCH + 80 * b)
-            prefetch(w, r0, PREFETCH + 80 * b + 64)
-            d = f32x8_mul(f16_rows(w, r0, r1, r2, r3, o), ld(xd, b))
-            mins = f32x8_fma(f16_rows(w, r0, r1, r2, r3, o + 2), ld(xs, b), mins)
-            e, od = load_i16(xq, 32 * b), load_i16(xq, 32 * b + 16)
-            xe, xo = concat(e, e), concat(od, od)
-            for pair in range(2):
-                ra, rb = (r0, r1) if pair == 0 else (r2, r3)
-                v = concat(load_nibble_words(w, ra, o + 4), load_nibble_words(w, rb, o + 4))
-                p = vadd(madd32(vand(v, 15), xe), madd32(vand(vshr(v, 8), 15), xo))
-                if pair == 0:
-                    a01 = fma_lane_pair(p, d, 0, 1, a01)
-                else:
-                    a23 = fma_lane_pair(p, d, 2, 3, a23)
-        h0, h1 = f32x16_halves(a01)
-        h2, h3 = f32x16_halves(a23)
-        y[r0] = f32x8_sum(h0) + lane(mins, 0)
-        if r1 > r0:
-            y[r1] = f32x8_sum(h1) + lane(mins, 1)
-        if r2 > r1:
-            y[r2] = f32x8_sum(h2) + lane(mins, 2)
-        if r3 > r2:
-            y[r3] = f32x8_sum(h3) + lane(mins, 3)
+    _scaled_rows_zmm(w, x, y, KIND_Q4_1)
 
 
 K4_LOW6, K4_LOW4, K4_HIGH2 = np.uint32(0x3F3F3F3F), np.uint32(0x0F0F0F0F), np.uint32(0x03030303)
@@ -671,10 +592,10 @@ def matvec_q4_k_zmm(w, x, y):
             for jj in range(2):
                 v = load_w32(w, r, o + 16 + 64 * jj)
                 xo = 256 * b + 128 * jj
-                lo = vadd(madd32(vand(v, 15), load_i16x32(xz, xo)),
-                          madd32(vand(vshr(v, 8), 15), load_i16x32(xz, xo + 32)))
-                hi = vadd(madd32(vand(vshr(v, 4), 15), load_i16x32(xz, xo + 64)),
-                          madd32(vshr(v, 12), load_i16x32(xz, xo + 96)))
+                lo = vadd(madd(vand(v, 15), load_i16x32(xz, xo)),
+                          madd(vand(vshr(v, 8), 15), load_i16x32(xz, xo + 32)))
+                hi = vadd(madd(vand(vshr(v, 4), 15), load_i16x32(xz, xo + 64)),
+                          madd(vshr(v, 12), load_i16x32(xz, xo + 96)))
                 acc = fma_lane_pair(lo, scale, 4 * jj, 4 * jj + 2, acc)
                 acc = fma_lane_pair(hi, scale, 4 * jj + 1, 4 * jj + 3, acc)
         y[r] = f32x16_sum(acc) - f32x8_sum(mins)
@@ -759,11 +680,11 @@ def _q6_k_zmm_activations(xq):
 def _q6_k_group(even, odd, xz, xo, xd, xb, k, s0, s1, acc):
     """acc += group k of both halves: the 6-bit words `even` / `odd` times their activations,
     each 16-weight sub-block by its scale and its activation block's."""
-    p = vadd(madd32(even, load_i16x32(xz, xo + 64 * k)),
-             madd32(odd, load_i16x32(xz, xo + 64 * k + 32)))
+    p = vadd(madd(even, load_i16x32(xz, xo + 64 * k)),
+             madd(odd, load_i16x32(xz, xo + 64 * k + 32)))
     scale = concat(f32x8_mul(lane_pairs(s0, k), ld(xd, xb + k)),
                    f32x8_mul(lane_pairs(s1, k), ld(xd, xb + 4 + k)))
-    return fma_vec16(p, scale, acc)
+    return fma_vec(p, scale, acc)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)

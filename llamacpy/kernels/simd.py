@@ -46,6 +46,12 @@ class VecModel(models.PrimitiveModel):
 F32x8 = VecType(types.float32, 8)
 I32x8 = VecType(types.int32, 8)
 I16x16 = VecType(types.int16, 16)
+# 512-bit values, for the decode kernels that are compute-bound at ymm width (see the end)
+I16x32 = VecType(types.int16, 32)
+I32x16 = VecType(types.int32, 16)
+F32x16 = VecType(types.float32, 16)
+HAS_AVX512BW = bool(llvm.get_host_cpu_features().get("avx512bw", False)) and \
+    not numba.config.CPU_NAME
 
 
 # ------------------------------------------------------------------------------- IR helpers
@@ -71,7 +77,7 @@ def _lanes(builder, v, idx: list[int]):
 def _fma(builder, a, b, c):
     vt = a.type
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt] * 3),
-                                        "llvm.fma.v8f32")
+                                        f"llvm.fma.v{vt.count}f32")
     return builder.call(fn, [a, b, c])
 
 
@@ -569,22 +575,25 @@ def i8_scale_pairs(typingctx, w, r, o):
 @intrinsic
 def madd(typingctx, a, b):
     """I32x8 lane k = a[2k] * b[2k] + a[2k + 1] * b[2k + 1]: the int16 products summed in pairs in
-    32 bits (x86 vpmaddwd; exact unless all four inputs are -32768)."""
-    if not (a == I16x16 and b == I16x16):
+    32 bits (x86 vpmaddwd; exact unless all four inputs are -32768). Two I16x32 give an I32x16
+    (vpmaddwd on zmm with AVX-512BW)."""
+    if not (a == b and a in (I16x16, I16x32)):
         return None
+    out = I32x8 if a == I16x16 else I32x16
 
     def codegen(context, builder, sig, args):
-        if HAS_AVX2:
-            fnty = ir.FunctionType(_vt(I32x8), [_vt(I16x16), _vt(I16x16)])
-            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.avx2.pmadd.wd")
-            return builder.call(fn, args)
-        wide = ir.VectorType(I32, 16)
+        native = HAS_AVX2 if a == I16x16 else HAS_AVX512BW
+        if native:
+            name = "llvm.x86.avx2.pmadd.wd" if a == I16x16 else "llvm.x86.avx512.pmaddw.d.512"
+            fnty = ir.FunctionType(_vt(out), [_vt(a), _vt(a)])
+            return builder.call(cgutils.get_or_insert_function(builder.module, fnty, name), args)
+        wide = ir.VectorType(I32, a.n)
         p = builder.mul(builder.sext(args[0], wide), builder.sext(args[1], wide), flags=["nsw"])
-        even = _lanes(builder, p, list(range(0, 16, 2)))
-        odd = _lanes(builder, p, list(range(1, 16, 2)))
+        even = _lanes(builder, p, list(range(0, a.n, 2)))
+        odd = _lanes(builder, p, list(range(1, a.n, 2)))
         return builder.add(even, odd, flags=["nsw"])
 
-    return I32x8(a, b), codegen
+    return out(a, b), codegen
 
 
 @intrinsic
@@ -605,17 +614,15 @@ def fma_lane(typingctx, p, s, k, acc):
 
 @intrinsic
 def fma_vec(typingctx, p, s, acc):
-    """acc + float32(p) * s lane-wise: an I32x8 converted, times an F32x8."""
-    if not (p == I32x8 and s == F32x8 and acc == F32x8):
+    """acc + float32(p) * s lane-wise: an I32x8 converted, times an F32x8 (or I32x16 and
+    F32x16)."""
+    if not ((p, s, acc) in ((I32x8, F32x8, F32x8), (I32x16, F32x16, F32x16))):
         return None
 
     def codegen(context, builder, sig, args):
-        return _fma(builder, builder.sitofp(args[0], _vt(F32x8)), args[1], args[2])
+        return _fma(builder, builder.sitofp(args[0], _vt(sig.args[1])), args[1], args[2])
 
-    return F32x8(p, s, acc), codegen
-
-
-# ------------------------------------------------------------------------------ float lanes
+    return acc(p, s, acc), codegen
 
 
 @intrinsic
@@ -863,15 +870,10 @@ def f32x8_recip(typingctx, a):
 
 
 # ------------------------------------------------------------------- 512-bit values (AVX-512)
-# Twice the lanes for the decode kernels that are compute-bound at ymm width (Q4_K): generic
+# Twice the lanes for the decode kernels that are compute-bound at ymm width: generic
 # vector IR that LLVM keeps in zmm registers where the CPU has AVX-512BW (numba's IR carries no
-# min-legal-vector-width, so 512-bit types are legal), and splits in two elsewhere.
-
-I16x32 = VecType(types.int16, 32)
-I32x16 = VecType(types.int32, 16)
-F32x16 = VecType(types.float32, 16)
-HAS_AVX512BW = bool(llvm.get_host_cpu_features().get("avx512bw", False)) and \
-    not numba.config.CPU_NAME
+# min-legal-vector-width, so 512-bit types are legal), and splits in two elsewhere. `madd` and
+# `fma_vec` above take these widths too.
 
 
 @intrinsic
@@ -881,25 +883,6 @@ def load_w32(typingctx, w, r, o):
 
 
 load_i16x32 = _loader_1d(types.int16, I16x32, "a[i:i + 32] of an int16 array.")
-
-
-@intrinsic
-def madd32(typingctx, a, b):
-    """I32x16 lane k = a[2k] * b[2k] + a[2k + 1] * b[2k + 1] (vpmaddwd on zmm)."""
-    if not (a == I16x32 and b == I16x32):
-        return None
-
-    def codegen(context, builder, sig, args):
-        if HAS_AVX512BW:
-            fnty = ir.FunctionType(_vt(I32x16), [_vt(I16x32), _vt(I16x32)])
-            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.avx512.pmaddw.d.512")
-            return builder.call(fn, args)
-        wide = ir.VectorType(I32, 32)
-        p = builder.mul(builder.sext(args[0], wide), builder.sext(args[1], wide), flags=["nsw"])
-        return builder.add(_lanes(builder, p, list(range(0, 32, 2))),
-                           _lanes(builder, p, list(range(1, 32, 2))), flags=["nsw"])
-
-    return I32x16(a, b), codegen
 
 
 @intrinsic
@@ -927,10 +910,7 @@ def fma_lane_pair(typingctx, p, s, k0, k1, acc):
         halves = [_splat(builder, x, v8) for x in lanes]
         scale = builder.shuffle_vector(halves[0], halves[1],
                                        ir.Constant(ir.VectorType(I32, 16), list(range(16))))
-        vt = _vt(F32x16)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt] * 3),
-                                            "llvm.fma.v16f32")
-        return builder.call(fn, [builder.sitofp(args[0], vt), scale, args[4]])
+        return _fma(builder, builder.sitofp(args[0], _vt(F32x16)), scale, args[4])
 
     return F32x16(p, s, k0, k1, acc), codegen
 
@@ -966,21 +946,6 @@ def concat(typingctx, a, b):
         return builder.shuffle_vector(args[0], args[1], idx)
 
     return wide(a, b), codegen
-
-
-@intrinsic
-def fma_vec16(typingctx, p, s, acc):
-    """acc + float32(p) * s lane-wise: an I32x16 converted, times an F32x16."""
-    if not (p == I32x16 and s == F32x16 and acc == F32x16):
-        return None
-
-    def codegen(context, builder, sig, args):
-        vt = _vt(F32x16)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt] * 3),
-                                            "llvm.fma.v16f32")
-        return builder.call(fn, [builder.sitofp(args[0], vt), args[1], args[2]])
-
-    return F32x16(p, s, acc), codegen
 
 
 @intrinsic

@@ -270,11 +270,11 @@ def test_madd_pairs_products(monkeypatch, avx2):
 
 
 @pytest.mark.parametrize("avx512", [True, False])
-def test_madd32_pairs_products(monkeypatch, avx512):
+def test_madd_zmm_pairs_products(monkeypatch, avx512):
     """The zmm vpmaddwd, from the instruction and from the portable IR pattern; fma_lane_pair
     scales the two halves by their own lanes; f32x16_sum adds all sixteen."""
     monkeypatch.setattr(simd, "HAS_AVX512BW", avx512 and simd.HAS_AVX512BW)
-    fn = njit(cache=False)(_madd32.py_func)  # a fresh compile sees the patched flag
+    fn = njit(cache=False)(_madd_zmm.py_func)  # a fresh compile sees the patched flag
     rng = np.random.default_rng(5)
     a = rng.integers(-32767, 32768, 32).astype(np.int16)
     b = rng.integers(-32767, 32768, 32).astype(np.int16)
@@ -288,8 +288,8 @@ def test_madd32_pairs_products(monkeypatch, avx512):
 
 
 @njit(cache=False)
-def _madd32(a, b, scale, out):
-    p = simd.fma_lane_pair(simd.madd32(simd.load_i16x32(a, 0), simd.load_i16x32(b, 0)),
+def _madd_zmm(a, b, scale, out):
+    p = simd.fma_lane_pair(simd.madd(simd.load_i16x32(a, 0), simd.load_i16x32(b, 0)),
                            simd.load_f32(scale, 0), 2, 5, simd.f32x16_zero())
     simd.store_f32(out, 0, p)
     out[16] = simd.f32x16_sum(p)
