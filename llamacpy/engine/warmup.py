@@ -11,6 +11,7 @@ The paths, by batch size (ops/linear.py, kernels/matmul.py, kernels/attention.py
   the one-row output projection (matvec_*) for its last token's logits;
 - a few tokens (`FEW_TOKENS`, within every type's small-batch limit): the multi_* kernels and
   the kernel attention; with logits for every row, so the output projection runs multi_* too;
+  on AVX-512 also `ZMM_TOKENS`, from which the multi_* kernels take four tokens a vector;
 - one token: the matvec_* kernels and single-row attention;
 - with several sequences, one token in each (the server's batched step): the one-call store
   and attention over several sequences (attend_cached_seqs) and multi_* on the output.
@@ -45,13 +46,15 @@ import numpy as np
 
 from ..kernels.attention import BLAS_MIN_TOKENS
 from ..kernels.matmul import (SMALL_BATCH, SMALL_BATCH_BY_TYPE, SMALL_BATCH_Q6_K_BYTES,
-                              SMALL_BATCH_VNNI)
+                              SMALL_BATCH_VNNI, ZMM_KERNELS)
 from ..memory.batch import Batch
 
 # longer than every few-token limit: every type takes its prompt path (VNNI or dequantize + BLAS)
 PROMPT_TOKENS = max(SMALL_BATCH, SMALL_BATCH_Q6_K_BYTES, BLAS_MIN_TOKENS,
                     *SMALL_BATCH_BY_TYPE.values(), *SMALL_BATCH_VNNI.values()) + 8
 FEW_TOKENS = 4  # within every type's few-token limit (the kernels take any count 2..limit)
+# where the CPU has AVX-512BW, also a batch from which every type takes its zmm multi_* kernel
+ZMM_TOKENS = max(start for _, start in ZMM_KERNELS.values()) if ZMM_KERNELS else 0
 BATCHED_SEQS = 4  # rows of the batched multi-sequence step (at most the context's sequences)
 
 
@@ -121,10 +124,10 @@ def warm_up_steps(ctx) -> list[tuple[str, Callable[[], object]]]:
 
     n = min(PROMPT_TOKENS, room)
     steps.append((f"prompt batch ({n} tokens)", decode(Batch.from_tokens(_tokens(n, n_vocab)))))
-    n = min(FEW_TOKENS, room)
-    if n > 1:
-        batch = Batch.from_tokens(_tokens(n, n_vocab), all_logits=True)
-        steps.append((f"few-token batch ({n} tokens)", decode(batch)))
+    for n in sorted({min(FEW_TOKENS, room), min(ZMM_TOKENS, room)}):
+        if n > 1:
+            batch = Batch.from_tokens(_tokens(n, n_vocab), all_logits=True)
+            steps.append((f"few-token batch ({n} tokens)", decode(batch)))
     steps.append(("one-token decode", decode(Batch.from_tokens(_tokens(1, n_vocab)))))
     n_seq = min(BATCHED_SEQS, ctx.n_seq)
     if n_seq > 1:

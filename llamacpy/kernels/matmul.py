@@ -11,13 +11,16 @@ kernels; which path runs is chosen per shape by `SMALL_BATCH`, measured with
 bench/bench_kernels.py.
 
 Small-batch integer kernels (Q8_0, Q5_0, IQ4_NL, Q4_0, Q4_1, Q4_K, Q6_K) use the int16
-activations of kernels/matvec.py: the X rows are quantized once per call and laid out in pairs of
-tokens (`_pair_activations`); each weight row has its per-block float scales (and for Q4_1 / Q4_K
-min terms) decoded once (`_block_scales`), then every 32-weight block is widened to int16 in
-registers (`_block_quants`) and multiplied with two pairs of tokens at a time (`_pair_dot`: four
-vpmaddwd, one conversion and one FMA per block and pair). The other types decode each row to
-float32 once (`_float_rows`) and take plain float dot products. Scratch is allocated once per
-chunk of rows, never per row.
+activations of kernels/matvec.py: the X rows are quantized once per call and laid out in groups
+of tokens (`_grouped_activations`); each weight row has its per-block float scales (and for Q4_1
+/ Q4_K min terms) decoded once (`_block_scales`), then every 32-weight block is widened to int16
+in registers (`_block_halves`) and multiplied with two pairs of tokens at a time (`_pair_dot`: a
+vpmaddwd and three vpdpwssd, one conversion and one FMA per block and pair). Where the CPU has
+AVX-512BW, from a few tokens on (`ZMM_KERNELS`), the `*_zmm` twins put four tokens in a 512-bit
+vector and take two rows and two quads of tokens a pass (`_row_quads`): half the multiplies and
+half the activation loads, the same sums bit for bit. The other types decode each row to float32
+once (`_float_rows`) and take plain float dot products. Scratch is allocated once per chunk of
+rows, never per row.
 """
 
 from __future__ import annotations
@@ -31,12 +34,13 @@ from .dequant import (FASTMATH, ROW_KERNELS, call_kernel, dq_bf16, dq_f16, dq_iq
                       dq_q3_k, dq_q5_1, dq_q5_k, ld, ld2, output_array, row_length,
                       weight_view)
 from .matvec import PREFETCH, QMAX, _block_sums, _k4_scales_mins, iq4_nl_bytes, matvec, q5_0_bytes
-from .simd import (f16_pair, f32x8_abs, f32x8_add, f32x8_fma, f32x8_half_sums, f32x8_hmax,
-                   f32x8_max, f32x8_mul, f32x8_splat, f32x8_sum, f32x8_zero, fma_vec, hi_lo,
-                   i16_splats, i8_scale_pairs, load_f32, load_f32_bytes, load_f32_even,
-                   load_f32_odd, load_i8_words, load_i16, load_nibble_words, load_w16, madd,
-                   prefetch, store_f32, store_rounded_i16, vadd, vand, vmul, vsar, vshl, vshr,
-                   vsub)
+from .simd import (HAS_AVX512BW, concat, dpwssd, f16_pair, f32x8_abs, f32x8_add, f32x8_fma,
+                   f32x8_half_sums, f32x8_hmax, f32x8_max, f32x8_mul, f32x8_splat, f32x8_sum,
+                   f32x8_zero, f32x16_halves, f32x16_scaled, f32x16_zero, fma_vec, hi_lo,
+                   i16_splats, i8_scale_pairs, lane_rotations, load_f32, load_f32_bytes,
+                   load_f32_even, load_f32_odd, load_i8_words, load_i16, load_i16x32,
+                   load_nibble_words, load_w16, madd, prefetch, store_f32, store_rounded_i16, vadd,
+                   vand, vmul, vsar, vshl, vshr, vsub)
 from .threading_layer import NOGIL
 from .vnni import vnni_enabled, vnni_matmul, vnni_supports
 
@@ -147,10 +151,11 @@ def _block_chunks(x, o, natural):
 
 
 @njit(inline="always")
-def _quantize_block_half(xp, i, x, o, h, natural):
-    """Token h's half of one block's four quarter-vectors (row i of xp [pairs * blocks, 64]):
-    chunk k of the block goes to quarter (k - h) mod 4, so that over the four quarters the two
-    halves meet all 32 weights. Quantized as quantize_i16 does; returns the block's scale."""
+def _quantize_block_into(xp, i, x, o, natural, width, slot):
+    """One block x[o:o + 32] quantized as quantize_i16 does into row i of xp, chunk k (of
+    `_block_chunks`) at word width * ((k - slot) mod 4) + 8 * slot: the token in `slot` of a
+    pair (width 16) or a quad (width 32), so that over the four vectors every slot meets all 32
+    weights. Returns the block's scale."""
     c0, c1, c2, c3 = _block_chunks(x, o, natural)
     amax = f32x8_hmax(f32x8_max(f32x8_max(f32x8_abs(c0), f32x8_abs(c1)),
                                 f32x8_max(f32x8_abs(c2), f32x8_abs(c3))))
@@ -159,42 +164,41 @@ def _quantize_block_half(xp, i, x, o, h, natural):
         amax = np.float32(np.nan)
     inv = QMAX / amax if amax > 0 else np.float32(0)
     for k, c in enumerate((c0, c1, c2, c3)):
-        store_rounded_i16(xp, i, 16 * ((k + 4 - h) % 4) + 8 * h, f32x8_mul(c, inv))
+        store_rounded_i16(xp, i, width * ((k + 4 - slot) % 4) + 8 * slot, f32x8_mul(c, inv))
     return amax / QMAX
 
 
 @njit(inline="always")
-def _pair_activations(X, natural, sums):
-    """The rows of X [T, n] quantized as matvec.quantize_i16 does, laid out for `_pair_dot`:
-    tokens in pairs (t, u) = (2p, 2p + 1), the last one twice for odd T. Per pair and block b,
-    xp int16 [64] holds four quarter-vectors, t's words in the low half of each and u's in the
-    high half, so that over the four each half meets all 32 weights of the block once:
-    [E_t[0:8] E_u[8:16] | E_t[8:16] O_u[0:8] | O_t[0:8] O_u[8:16] | O_t[8:16] E_u[0:8]] (E, O: the
-    activations at the block's even and odd positions, the order `_block_quants` widens most
-    kinds' bytes in), or with `natural` (Q8_0's in-order bytes) [x_t[0:8] x_u[8:16] |
-    x_t[8:16] x_u[16:24] | x_t[16:24] x_u[24:32] | x_t[24:32] x_u[0:8]]; xd2 float32 [8] the
-    scales [x_t's] * 4 + [x_u's] * 4. With `sums`, also the block sums xs float32 [T * nbp] (nbp:
-    blocks rounded up to a multiple of 8, zero padding) for the min terms."""
+def _grouped_activations(X, natural, sums, size):
+    """The rows of X [T, n] quantized as matvec.quantize_i16 does, in groups of `size` tokens (2:
+    the pairs of `_pair_dot`, 4: the quads of `_quad_dot`; missing tokens zero). Per group g and
+    block b, row nb g + b of xg int16 holds four vectors of 8 * size words; slot j (8 words) of
+    vector k is token size g + j's chunk (k + j) mod 4 of the block, so that over the four
+    vectors every slot meets all 32 weights once. The chunks are the block's activations in
+    `_block_chunks`' order: at even positions (E), then odd ones (O), the order `_even_odd`
+    widens most kinds' bytes in, or with `natural` (Q8_0's in-order bytes) in order. A pair's
+    four vectors: [E_t[0:8] E_u[8:16] | E_t[8:16] O_u[0:8] | O_t[0:8] O_u[8:16] | O_t[8:16]
+    E_u[0:8]]. xd float32 [4 size] per group and block: token j's scale in lanes 4j .. 4j + 3.
+    With `sums`, also the block sums xs float32 [T * nbp] (nbp: blocks rounded up to a multiple
+    of 8, zero padding) for the min terms."""
     T, n = X.shape
     nb = n // 32
     nbp = (nb + 7) // 8 * 8
-    npairs = (T + 1) // 2
-    xp = np.empty((npairs * nb, 64), np.int16)
-    xd2 = np.empty(npairs * nb * 8, np.float32)
+    groups = (T + size - 1) // size
+    xg = np.zeros((groups * nb, 32 * size), np.int16)
+    xd = np.zeros(groups * nb * 4 * size, np.float32)
     xs = np.zeros(T * nbp if sums else 0, np.float32)
     for t in range(T):
         x = X[t]
         if sums:
             xs[nbp * t : nbp * t + nb] = _block_sums(x, 32)
-        p, hi = t // 2, t % 2
-        for k in range(2 - hi if t == T - 1 else 1):  # an odd T's last token fills both halves
-            h = hi + k
-            for b in range(nb):
-                i, j = nb * p + b, 8 * (nb * p + b)
-                d = _quantize_block_half(xp, i, x, 32 * b, h, natural)
-                for e in range(4):
-                    xd2[j + 4 * h + e] = d
-    return xp.reshape(-1), xd2, xs, nbp
+        g, j = t // size, t % size
+        for b in range(nb):
+            i = nb * g + b
+            d = _quantize_block_into(xg, i, x, 32 * b, natural, 8 * size, j)
+            for e in range(4):
+                xd[4 * size * i + 4 * j + e] = d
+    return xg.reshape(-1), xd, xs, nbp
 
 
 @njit(inline="always")
@@ -202,29 +206,33 @@ def _pair_dot(v, xp, i, s, acc):
     """acc + one block's dot products with a pair of tokens, (t's in lanes 0-3, u's in lanes 4-7)
     times the scales s; v: the block's four weight vectors from `_block_quants`, matching the
     four quarter-vectors of the pair's activations."""
-    m0 = madd(v[0], load_i16(xp, i))
-    m1 = madd(v[1], load_i16(xp, i + 16))
-    m2 = madd(v[2], load_i16(xp, i + 32))
-    m3 = madd(v[3], load_i16(xp, i + 48))
-    return fma_vec(vadd(vadd(m0, m1), vadd(m2, m3)), s, acc)
+    m = madd(v[0], load_i16(xp, i))
+    m = dpwssd(m, v[1], load_i16(xp, i + 16))
+    m = dpwssd(m, v[2], load_i16(xp, i + 32))
+    m = dpwssd(m, v[3], load_i16(xp, i + 48))
+    return fma_vec(m, s, acc)
+
+
+@njit(inline="always")
+def _block_halves(w, r, b, kind, gs):
+    """Block b (32 weights) of row r as two I16x16 in the order of its activations: Q8_0 and the
+    Q6_K bytes repack in byte order (bytes 0-15, 16-31, sign-extended from memory: vpmovsxbw),
+    the other kinds at even and odd positions (`_even_odd`)."""
+    if kind == KIND_Q8_0:
+        o = 34 * b + 2
+        return load_i8_words(w, r, o), load_i8_words(w, r, o + 16)
+    if kind == KIND_Q6_K_BYTES:  # the halves times their scales (|sc (q - 32)| <= 4096)
+        return (vmul(load_i8_words(w, r, 32 * b), gs[0]),
+                vmul(load_i8_words(w, r, 32 * b + 16), gs[1]))
+    return _even_odd(w, r, b, kind, gs)
 
 
 @njit(inline="always")
 def _block_quants(w, r, b, kind, gs):
-    """Block b (32 weights) of row r as the four I16x16 that `_pair_dot` multiplies with a pair's
-    four activation quarter-vectors. Q8_0 in byte order: bytes 0-15 and 16-31 sign-extended from
-    memory (vpmovsxbw), then 8-23 and 24-31 + 0-7 as their halves swapped across (vperm2i128;
-    20% faster at 4 tokens than shifting even and odd bytes apart, llvm-mca's FP1/FP2 pressure
-    lower than with a third vpmovsxbw); the other kinds from `_even_odd`."""
-    if kind == KIND_Q8_0:
-        o = 34 * b + 2
-        va, vc = load_i8_words(w, r, o), load_i8_words(w, r, o + 16)
-        return va, hi_lo(va, vc), vc, hi_lo(vc, va)
-    if kind == KIND_Q6_K_BYTES:  # the halves times their scales (|sc (q - 32)| <= 4096)
-        va = vmul(load_i8_words(w, r, 32 * b), gs[0])
-        vc = vmul(load_i8_words(w, r, 32 * b + 16), gs[1])
-        return va, hi_lo(va, vc), vc, hi_lo(vc, va)
-    v1, v3 = _even_odd(w, r, b, kind, gs)
+    """Block b as the four I16x16 that `_pair_dot` multiplies with a pair's four activation
+    quarter-vectors: the halves, and each with the other's half swapped across (vperm2i128; for
+    Q8_0 20% faster at 4 tokens than shifting even and odd bytes apart)."""
+    v1, v3 = _block_halves(w, r, b, kind, gs)
     return v1, hi_lo(v1, v3), v3, hi_lo(v3, v1)
 
 
@@ -366,7 +374,7 @@ def _int_rows(w, X, Y, chunks, kind):
     decoded once, then its blocks once per two pairs of tokens."""
     has_mins = kind == KIND_Q4_1 or kind == KIND_Q4_K
     natural = kind == KIND_Q8_0 or kind == KIND_Q6_K_BYTES  # bytes in weight order
-    xp, xd2, xs, nbp = _pair_activations(X, natural, has_mins)
+    xp, xd2, xs, nbp = _grouped_activations(X, natural, has_mins, 2)
     rows, T, nb = w.shape[0], X.shape[0], X.shape[1] // 32
     npairs = (T + 1) // 2
     for c in prange(chunks):
@@ -383,11 +391,124 @@ def _int_rows(w, X, Y, chunks, kind):
             if p < npairs:
                 _store_pair(Y, r, p, _one_pair(w, r, kind, nb, ws, xp, xd2, p))
             if has_mins:
-                for t in range(T):
-                    m = f32x8_zero()
-                    for k in range(nbp // 8):
-                        m = f32x8_fma(load_f32(wm, 8 * k), load_f32(xs, nbp * t + 8 * k), m)
-                    Y[t, r] += f32x8_sum(m)
+                _add_mins(Y, r, wm, xs, nbp)
+
+
+@njit(inline="always")
+def _add_mins(Y, r, wm, xs, nbp):
+    """Y[t, r] += the min terms of row r (Q4_1 / Q4_K): its per-block mins . token t's block sums."""
+    for t in range(Y.shape[0]):
+        m = f32x8_zero()
+        for k in range(nbp // 8):
+            m = f32x8_fma(load_f32(wm, 8 * k), load_f32(xs, nbp * t + 8 * k), m)
+        Y[t, r] += f32x8_sum(m)
+
+
+# ---------------------------------------------- 512-bit: four tokens a vector (AVX-512BW)
+# At four tokens and more the ymm kernel above is bound by the two multiply pipes (per block and
+# pair of tokens four vpmaddwd, a multiply and an FMA). In zmm one vpdpwssd takes a block's
+# 8-weight chunks for four tokens at once, so a block costs four dot products per four tokens
+# (and one multiply and one FMA), half the multiplies.
+
+
+@njit(inline="always")
+def _quad_dot(vr, x, s, acc):
+    """acc + one block's dot products with a quad of tokens (token j in lanes 4j .. 4j + 3) times
+    the scales s: vr the block's weights in its four lane rotations, x the quad's four activation
+    vectors (two chains of two, so the sums wait on fewer latencies)."""
+    m0 = dpwssd(madd(vr[0], x[0]), vr[1], x[1])
+    m1 = dpwssd(madd(vr[2], x[2]), vr[3], x[3])
+    return fma_vec(vadd(m0, m1), s, acc)
+
+
+@njit(inline="always")
+def _quad_x(xq, i):
+    return (load_i16x32(xq, i), load_i16x32(xq, i + 32), load_i16x32(xq, i + 64),
+            load_i16x32(xq, i + 96))
+
+
+@njit(inline="always")
+def _block_rotations(w, r, b, kind, gs):
+    h0, h1 = _block_halves(w, r, b, kind, gs)
+    return lane_rotations(concat(h0, h1))
+
+
+@njit(inline="always")
+def _row_quads(w, r, kind, nb, ws0, ws1, xq, xd4, q, two_rows, two_quads):
+    """Rows r, r + 1 (with `two_rows`) times quads q, q + 1 (with `two_quads`): four F32x16,
+    [row][quad], those not asked for zero. Two rows a pass load each activation vector once for
+    both; two quads decode each weight block once for both."""
+    a00, a01, a10, a11 = f32x16_zero(), f32x16_zero(), f32x16_zero(), f32x16_zero()
+    group = _block_group(kind)
+    r1 = r + 1 if two_rows else r
+    for g in range(nb // group):
+        gs0, gs1 = _group_scales(w, r, g, kind), _group_scales(w, r1, g, kind)
+        for k in range(group):  # unrolled: constant shifts, shared loads
+            b = group * g + k
+            v0 = _block_rotations(w, r, b, kind, gs0)
+            j = nb * q + b
+            x = _quad_x(xq, 128 * j)
+            a00 = _quad_dot(v0, x, f32x16_scaled(xd4, 16 * j, ld(ws0, b)), a00)
+            if two_rows:
+                v1 = _block_rotations(w, r1, b, kind, gs1)
+                a10 = _quad_dot(v1, x, f32x16_scaled(xd4, 16 * j, ld(ws1, b)), a10)
+            if two_quads:
+                j += nb
+                x = _quad_x(xq, 128 * j)
+                a01 = _quad_dot(v0, x, f32x16_scaled(xd4, 16 * j, ld(ws0, b)), a01)
+                if two_rows:
+                    a11 = _quad_dot(v1, x, f32x16_scaled(xd4, 16 * j, ld(ws1, b)), a11)
+    return a00, a01, a10, a11
+
+
+@njit(inline="always")
+def _store_quad(Y, r, q, acc):
+    """Y[4q + j, r] = the sum of acc's lanes 4j .. 4j + 3, for the quad's tokens that exist."""
+    lo, hi = f32x16_halves(acc)
+    y0, y1 = f32x8_half_sums(lo)
+    y2, y3 = f32x8_half_sums(hi)
+    t, T = 4 * q, Y.shape[0]
+    Y[t, r] = y0
+    if t + 1 < T:
+        Y[t + 1, r] = y1
+    if t + 2 < T:
+        Y[t + 2, r] = y2
+    if t + 3 < T:
+        Y[t + 3, r] = y3
+
+
+@njit(inline="always")
+def _int_rows_zmm(w, X, Y, chunks, kind):
+    """`_int_rows` with four tokens a vector, two rows and two quads a pass."""
+    has_mins = kind == KIND_Q4_1 or kind == KIND_Q4_K
+    natural = kind == KIND_Q8_0 or kind == KIND_Q6_K_BYTES
+    xq, xd4, xs, nbp = _grouped_activations(X, natural, has_mins, 4)
+    rows, nb = w.shape[0], X.shape[1] // 32
+    nq = (X.shape[0] + 3) // 4
+    for c in prange(chunks):
+        ws0, ws1 = np.zeros(nbp, np.float32), np.zeros(nbp, np.float32)
+        wm0, wm1 = np.zeros(nbp, np.float32), np.zeros(nbp, np.float32)
+        end = (c + 1) * rows // chunks
+        for r in range(c * rows // chunks, end, 2):
+            two_rows = r + 1 < end
+            _block_scales(w, r, ws0, wm0, kind)
+            if two_rows:
+                _block_scales(w, r + 1, ws1, wm1, kind)
+            for q in range(0, nq, 2):
+                two_quads = q + 1 < nq
+                a00, a01, a10, a11 = _row_quads(w, r, kind, nb, ws0, ws1, xq, xd4, q,
+                                                two_rows, two_quads)
+                _store_quad(Y, r, q, a00)
+                if two_quads:
+                    _store_quad(Y, r, q + 1, a01)
+                if two_rows:
+                    _store_quad(Y, r + 1, q, a10)
+                    if two_quads:
+                        _store_quad(Y, r + 1, q + 1, a11)
+            if has_mins:
+                _add_mins(Y, r, wm0, xs, nbp)
+                if two_rows:
+                    _add_mins(Y, r + 1, wm1, xs, nbp)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
@@ -431,6 +552,61 @@ def multi_q6_k_bytes(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_Q6_K_BYTES)
 
 
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def multi_q8_0_zmm(w, X, Y, chunks):
+    _int_rows_zmm(w, X, Y, chunks, KIND_Q8_0)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def multi_q5_0_zmm(w, X, Y, chunks):
+    _int_rows_zmm(w, X, Y, chunks, KIND_Q5_0)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def multi_iq4_nl_zmm(w, X, Y, chunks):
+    _int_rows_zmm(w, X, Y, chunks, KIND_IQ4_NL)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def multi_q4_0_zmm(w, X, Y, chunks):
+    _int_rows_zmm(w, X, Y, chunks, KIND_Q4_0)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def multi_q4_1_zmm(w, X, Y, chunks):
+    _int_rows_zmm(w, X, Y, chunks, KIND_Q4_1)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def multi_q4_k_zmm(w, X, Y, chunks):
+    _int_rows_zmm(w, X, Y, chunks, KIND_Q4_K)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def multi_q6_k_zmm(w, X, Y, chunks):
+    _int_rows_zmm(w, X, Y, chunks, KIND_Q6_K)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
+def multi_q6_k_bytes_zmm(w, X, Y, chunks):
+    _int_rows_zmm(w, X, Y, chunks, KIND_Q6_K_BYTES)
+
+
+# Where the CPU has AVX-512BW the integer kinds take four tokens a vector from this many tokens
+# on (Zen 5, 1 thread, bench/bench_kernels.py --multi): with fewer, the ymm kernel's pairs waste
+# less of a part-filled quad, and Q4_K / Q6_K decode their blocks more cheaply at ymm width.
+NO_ZMM = (None, 1 << 30)
+ZMM_KERNELS = {
+    GGMLType.Q8_0: (multi_q8_0_zmm, 3),
+    GGMLType.Q5_0: (multi_q5_0_zmm, 5),
+    GGMLType.Q4_0: (multi_q4_0_zmm, 5),
+    GGMLType.Q4_1: (multi_q4_1_zmm, 5),
+    GGMLType.IQ4_NL: (multi_iq4_nl_zmm, 5),
+    GGMLType.Q4_K: (multi_q4_k_zmm, 8),
+    GGMLType.Q6_K: (multi_q6_k_zmm, 8),
+} if HAS_AVX512BW else {}
+Q6_K_BYTES_ZMM = (multi_q6_k_bytes_zmm, 8) if HAS_AVX512BW else NO_ZMM
+
 MULTI_KERNELS = {
     GGMLType.F16: multi_f16,
     GGMLType.BF16: multi_bf16,
@@ -447,6 +623,12 @@ MULTI_KERNELS = {
     GGMLType.IQ4_NL: multi_iq4_nl,
     GGMLType.IQ4_XS: multi_iq4_xs,
 }
+
+
+def multi_kernel(ggml_type: GGMLType, n_tokens: int):
+    """The small-batch kernel for `n_tokens` rows of X against a `ggml_type` matrix."""
+    zmm, zmm_from = ZMM_KERNELS.get(ggml_type, NO_ZMM)
+    return zmm if n_tokens >= zmm_from else MULTI_KERNELS[ggml_type]
 
 
 def small_batch_limit(ggml_type: GGMLType) -> int:
@@ -478,8 +660,8 @@ def matmul(w_blocks: np.ndarray, ggml_type: int, X: np.ndarray,
     elif ggml_type == GGMLType.F32:
         np.matmul(X, w_blocks.view(np.float32).T, out=out)
     elif X.shape[0] <= small_batch_limit(ggml_type) and ggml_type in MULTI_KERNELS:
-        call_kernel(MULTI_KERNELS[ggml_type], weight_view(w_blocks, ggml_type), X, out,
-                    row_chunks(rows))
+        call_kernel(multi_kernel(ggml_type, X.shape[0]), weight_view(w_blocks, ggml_type), X,
+                    out, row_chunks(rows))
     elif vnni_enabled() and vnni_supports(ggml_type):
         vnni_matmul(w_blocks, ggml_type, X, out)
     else:

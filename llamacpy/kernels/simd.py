@@ -582,18 +582,49 @@ def madd(typingctx, a, b):
     out = I32x8 if a == I16x16 else I32x16
 
     def codegen(context, builder, sig, args):
-        native = HAS_AVX2 if a == I16x16 else HAS_AVX512BW
-        if native:
-            name = "llvm.x86.avx2.pmadd.wd" if a == I16x16 else "llvm.x86.avx512.pmaddw.d.512"
-            fnty = ir.FunctionType(_vt(out), [_vt(a), _vt(a)])
-            return builder.call(cgutils.get_or_insert_function(builder.module, fnty, name), args)
-        wide = ir.VectorType(I32, a.n)
-        p = builder.mul(builder.sext(args[0], wide), builder.sext(args[1], wide), flags=["nsw"])
-        even = _lanes(builder, p, list(range(0, a.n, 2)))
-        odd = _lanes(builder, p, list(range(1, a.n, 2)))
-        return builder.add(even, odd, flags=["nsw"])
+        return _madd_ir(builder, a, out, args[0], args[1])
 
     return out(a, b), codegen
+
+
+def _madd_ir(builder, a: VecType, out: VecType, x, y):
+    """`madd`'s IR: the native instruction where numba compiles for this host, else the pattern."""
+    native = HAS_AVX2 if a == I16x16 else HAS_AVX512BW
+    if native:
+        name = "llvm.x86.avx2.pmadd.wd" if a == I16x16 else "llvm.x86.avx512.pmaddw.d.512"
+        fnty = ir.FunctionType(_vt(out), [_vt(a), _vt(a)])
+        return builder.call(cgutils.get_or_insert_function(builder.module, fnty, name), [x, y])
+    wide = ir.VectorType(I32, a.n)
+    p = builder.mul(builder.sext(x, wide), builder.sext(y, wide), flags=["nsw"])
+    even = _lanes(builder, p, list(range(0, a.n, 2)))
+    odd = _lanes(builder, p, list(range(1, a.n, 2)))
+    return builder.add(even, odd, flags=["nsw"])
+
+
+# vpdpwssd: vpmaddwd and the add in one instruction (AVX-512 VNNI; on ymm also AVX-512VL)
+_FEATURES = llvm.get_host_cpu_features()
+_HAS_VNNI = HAS_AVX512BW and bool(_FEATURES.get("avx512vnni"))
+_HAS_VNNI_YMM = _HAS_VNNI and bool(_FEATURES.get("avx512vl"))
+
+
+@intrinsic
+def dpwssd(typingctx, acc, a, b):
+    """acc + madd(a, b): an I32x8 plus the pair sums of two I16x16, or an I32x16 and two I16x32
+    (one vpdpwssd where the CPU has VNNI, else vpmaddwd and vpaddd: the same sums)."""
+    if not ((acc, a, b) in ((I32x8, I16x16, I16x16), (I32x16, I16x32, I16x32))):
+        return None
+
+    def codegen(context, builder, sig, args):
+        if _HAS_VNNI_YMM if acc == I32x8 else _HAS_VNNI:
+            vt = _vt(acc)
+            name = f"llvm.x86.avx512.vpdpwssd.{256 if acc == I32x8 else 512}"
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt] * 3),
+                                                name)
+            return builder.call(fn, [args[0], builder.bitcast(args[1], vt),
+                                     builder.bitcast(args[2], vt)])
+        return builder.add(args[0], _madd_ir(builder, a, acc, args[1], args[2]))
+
+    return acc(acc, a, b), codegen
 
 
 @intrinsic
@@ -960,3 +991,35 @@ def f32x16_halves(typingctx, a):
         return context.make_tuple(builder, retty, halves)
 
     return retty(a), codegen
+
+
+@intrinsic
+def lane_rotations(typingctx, v):
+    """(v, then v's four 128-bit lanes rotated down by one, two and three): lane j of rotation k
+    holds v's lane (j + k) mod 4 (vshufi64x2), for four tokens a vector."""
+    if v != I16x32:
+        return None
+    retty = types.UniTuple(I16x32, 4)
+
+    def codegen(context, builder, sig, args):
+        rots = [args[0]] + [_lanes(builder, args[0], [(8 * k + i) % 32 for i in range(32)])
+                            for k in (1, 2, 3)]
+        return context.make_tuple(builder, retty, rots)
+
+    return retty(v), codegen
+
+
+@intrinsic
+def f32x16_scaled(typingctx, a, i, s):
+    """a[i:i + 16] * s: a 1-D float32 array's 16 values times the scalar s."""
+    if not (_is_array(a, 1, types.float32) and _is_scalar(s)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        vt = _vt(F32x16)
+        v = _load(builder, _item_ptr(context, builder, sig.args[0], args[0], args[1:2],
+                                     sig.args[1:2]), vt)
+        return builder.fmul(v, _splat(builder, context.cast(builder, args[2], sig.args[2],
+                                                            types.float32), vt))
+
+    return F32x16(a, i, s), codegen

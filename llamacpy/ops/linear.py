@@ -7,8 +7,9 @@ import numpy as np
 from ..format.constants import GGMLType
 from ..format.reader import GGUFTensor
 from ..kernels.dequant import call_kernel, dequantize_rows, weight_view
-from ..kernels.matmul import (MULTI_KERNELS, SMALL_BATCH_Q6_K_BYTES, matmul, multi_q6_k_bytes,
-                               row_chunks, small_batch_limit)
+from ..kernels.matmul import (MULTI_KERNELS, NO_ZMM, Q6_K_BYTES_ZMM, SMALL_BATCH_Q6_K_BYTES,
+                              ZMM_KERNELS, matmul, multi_q6_k_bytes, row_chunks,
+                              small_batch_limit)
 from ..kernels.matvec import MATVEC_KERNELS, matvec
 from ..kernels.repack import REPACKABLE, repack_as_q8_0, repack_q6_k_bytes
 
@@ -40,11 +41,14 @@ class Linear:
         self._matvec = MATVEC_KERNELS.get(self.ggml_type)
         self._weight_view = weight_view(self.weight, self.ggml_type)
         # few-token fast path (the server's batched decode): matmul()'s small-batch kernel
+        # (and from `_zmm_from` tokens on, its four-tokens-a-vector twin where the CPU has one)
         self._multi = MULTI_KERNELS.get(self.ggml_type)
+        self._multi_zmm, self._zmm_from = ZMM_KERNELS.get(self.ggml_type, NO_ZMM)
         self._multi_max = small_batch_limit(self.ggml_type)
         self._multi_weight = self._weight_view
         if repack_q8_0 and self.ggml_type == GGMLType.Q6_K:
             self._multi, self._multi_weight = multi_q6_k_bytes, repack_q6_k_bytes(self.weight)
+            self._multi_zmm, self._zmm_from = Q6_K_BYTES_ZMM
             self._multi_max = SMALL_BATCH_Q6_K_BYTES
 
     def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -81,7 +85,8 @@ class Linear:
         if y.dtype != np.float32 or y.shape != shape:
             raise ValueError(f"{self.name}: out must be float32 {shape}")
         x = np.ascontiguousarray(x, dtype=np.float32)
-        call_kernel(self._multi, self._multi_weight, x, y, row_chunks(self.out_features))
+        kernel = self._multi_zmm if x.shape[0] >= self._zmm_from else self._multi
+        call_kernel(kernel, self._multi_weight, x, y, row_chunks(self.out_features))
         return y
 
     def __repr__(self) -> str:

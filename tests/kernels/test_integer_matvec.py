@@ -140,6 +140,37 @@ def test_several_tokens_exact_in_representable_activations(name, n_tokens):
     assert np.all(np.abs(Y - X.astype(np.float64) @ W.T) <= 2e-6 * bound)
 
 
+@pytest.mark.parametrize("name", [*INTEGER_TYPES, "Q6_K_BYTES"])
+@pytest.mark.parametrize("n_tokens", [2, 3, 4, 5, 8, 9, 13])
+def test_zmm_multi_kernels_bit_identical_to_ymm(name, n_tokens):
+    """Four tokens a 512-bit vector, two rows and two quads a pass, give the ymm kernel's integer
+    lanes and float sums in the same order: the same results bit for bit, whichever kernel
+    matmul() picks, with an odd row count and quads left part-filled (on a CPU without
+    AVX-512BW LLVM splits the vectors; still the same numbers)."""
+    n, rows = 512, 37
+    base = "Q6_K" if name == "Q6_K_BYTES" else name
+    w = synth_blocks(base, rows, n, seed=n_tokens + 3)
+    if name == "Q6_K_BYTES":
+        w = repack_q6_k_bytes(w)
+    else:
+        w = mm.weight_view(w, GGMLType[name])
+    X = activations(n * n_tokens, n_tokens).reshape(n_tokens, n)
+    ymm = np.full((n_tokens, rows), np.nan, np.float32)
+    zmm = ymm.copy()
+    getattr(mm, f"multi_{name.lower()}")(w, X, ymm, 2)
+    getattr(mm, f"multi_{name.lower()}_zmm")(w, X, zmm, 2)
+    assert np.isfinite(ymm).all() and np.array_equal(ymm, zmm)
+
+
+def test_matmul_picks_the_zmm_kernel_by_token_count():
+    if not simd.HAS_AVX512BW:
+        assert mm.ZMM_KERNELS == {} and mm.multi_kernel(GGMLType.Q8_0, 8) is mm.multi_q8_0
+        return
+    for t, (zmm, start) in mm.ZMM_KERNELS.items():
+        assert mm.multi_kernel(t, start) is zmm
+        assert mm.multi_kernel(t, start - 1) is mm.MULTI_KERNELS[t]
+
+
 @pytest.mark.parametrize("name", INTEGER_TYPES)
 def test_nan_in_one_token_gives_nan_in_its_outputs_only(name):
     w = synth_blocks(name, 6, 256)
@@ -285,6 +316,37 @@ def test_madd_zmm_pairs_products(monkeypatch, avx512):
     want = (prod[0::2] + prod[1::2]) * np.repeat([scale[2], scale[5]], 8)
     np.testing.assert_allclose(out[:16], want, rtol=1e-6)
     assert abs(out[16] - want.sum()) <= 1e-6 * np.abs(want).sum()  # float32 sums of ~1e9 terms
+
+
+@njit(cache=False)
+def _dpwssd_both(acc8, acc16, a, b, out8, out16):
+    simd.store_f32(out8, 0, simd.fma_vec(simd.dpwssd(simd.load_i32(acc8, 0), simd.load_i16(a, 0),
+                                                     simd.load_i16(b, 0)),
+                                         simd.load_f32(np.ones(8, np.float32), 0),
+                                         simd.f32x8_zero()))
+    p = simd.dpwssd(simd.concat(simd.load_i32(acc16, 0), simd.load_i32(acc16, 8)),
+                    simd.load_i16x32(a, 0), simd.load_i16x32(b, 0))
+    simd.store_f32(out16, 0, simd.fma_vec(p, simd.concat(simd.load_f32(np.ones(8, np.float32), 0),
+                                                         simd.load_f32(np.ones(8, np.float32), 0)),
+                                          simd.f32x16_zero()))
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_dpwssd_adds_the_pair_sums(monkeypatch, native):
+    """vpdpwssd (AVX-512 VNNI) and its vpmaddwd + vpaddd stand-in give acc + the pair sums."""
+    for flag in ("_HAS_VNNI", "_HAS_VNNI_YMM"):
+        monkeypatch.setattr(simd, flag, native and getattr(simd, flag))
+    fn = njit(cache=False)(_dpwssd_both.py_func)
+    rng = np.random.default_rng(8)
+    a = rng.integers(-32767, 32768, 32).astype(np.int16)
+    b = rng.integers(-32767, 32768, 32).astype(np.int16)
+    acc = rng.integers(-2**20, 2**20, 16).astype(np.int32)
+    out8, out16 = np.empty(8, np.float32), np.empty(16, np.float32)
+    fn(acc[:8].copy(), acc, a, b, out8, out16)
+    prod = a.astype(np.int64) * b.astype(np.int64)
+    want = acc + prod[0::2] + prod[1::2]
+    assert np.array_equal(out16, want.astype(np.float32))
+    assert np.array_equal(out8, want[:8].astype(np.float32))
 
 
 @njit(cache=False)
