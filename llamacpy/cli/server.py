@@ -46,7 +46,7 @@ def server_config(args):
         n_parallel=max(1, args.parallel), n_batch=args.batch_size, n_ubatch=args.ubatch_size,
         n_predict=args.n_predict, type_k=type_k, type_v=type_v, flash_attn=args.flash_attn,
         repack=repack_default(args), load_mode=args.load_mode, **context_controls(args),
-        api_keys=api_keys(args),
+        api_keys=api_keys(args), host=args.host,
         webui=args.webui,
         metrics=args.metrics,
         slots=args.slots, chat_template=chat_template_text(args),

@@ -36,7 +36,8 @@ from .params import (Completion, Limits, NotSupported, RequestError, completion_
                      trigger_words, validate)
 from .state import ServerState
 
-PUBLIC_PATHS = {"/health", "/v1/health", "/models", "/v1/models", "/", "/openapi.json"}
+PUBLIC_PATHS = {"/health", "/v1/health", "/models", "/v1/models", "/", "/openapi.json",
+                "/api/tags"}  # /api/tags: public in llama.cpp too (Ollama clients list models)
 ALLOWED_WHILE_LOADING = {"/health", "/v1/health", "/models", "/v1/models", "/"}
 WEBUI = Path(__file__).with_name("webui.html")
 
@@ -96,19 +97,19 @@ MAX_BODY = 32 << 20  # bytes of a request body (base64 images take several MB)
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
-async def read_json(request: Request) -> dict:
+async def read_json(request: Request, any_type: bool = False) -> dict:
     """The body as a JSON object (params.parse_body); a large one is parsed off the event
-    loop."""
-    raw = await read_body(request)
+    loop. any_type: whatever the Content-Type says (Ollama's routes: `curl -d` sends a form's)."""
+    raw = await read_body(request, any_type)
     if len(raw) > 1 << 20:
         return await asyncio.to_thread(parse_body, raw)
     return parse_body(raw)
 
 
-async def read_body(request: Request) -> bytes:
-    """The raw body: not a form, at most MAX_BODY bytes (else 413)."""
+async def read_body(request: Request, any_type: bool = False) -> bytes:
+    """The raw body: not a form (unless any_type), at most MAX_BODY bytes (else 413)."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind in FORM_TYPES:
+    if kind in FORM_TYPES and not any_type:
         raise RequestError(f"the request body must be JSON, not {kind}")
     too_large = RequestError(f"the request body is larger than {MAX_BODY >> 20} MiB", status=413)
     length = request.headers.get("content-length", "")
@@ -169,8 +170,12 @@ def tokenize_text(state: ServerState):
 
 async def request_completion(request: Request, route: str) -> tuple[dict, Completion]:
     """The body and its validated Completion (off the loop: logit_bias texts get tokenized)."""
-    state: ServerState = request.app.state.server
     data = await read_json(request)
+    return data, await completion_for(request.app.state.server, data, route)
+
+
+async def completion_for(state: ServerState, data: dict, route: str) -> Completion:
+    """A parsed body's validated Completion (also what the Ollama routes build theirs with)."""
     if route != "chat":  # before validating millions of token ids
         await check_size(state, data.get("prompt"), state.engine.n_ctx_slot)
     c = await asyncio.to_thread(completion_from, data, state.sampling_defaults,
@@ -181,7 +186,7 @@ async def request_completion(request: Request, route: str) -> tuple[dict, Comple
     if c.speculative is not None and state.cfg.speculative is None:
         raise NotSupported("speculative.n_max / n_min / p_min need a server started with "
                            "speculative decoding (--spec-type or -md)")
-    return data, c
+    return c
 
 
 async def token_mask(state: ServerState, grammar: Grammar | None,
@@ -574,21 +579,33 @@ async def completion(request: Request) -> Response:
 
 async def completions_oai(request: Request) -> Response:
     """POST /v1/completions (OpenAI text completions)."""
-    state: ServerState = request.app.state.server
     data, c = await request_completion(request, "completions")
+    return await start(await text_run(request, data, c))
+
+
+async def text_run(request: Request, data: dict, c: Completion) -> Run:
+    """The Run of a /v1/completions body (the Ollama routes' raw prompts too), not submitted."""
+    state: ServerState = request.app.state.server
     prompt = data["prompt"]
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     tokens = await asyncio.to_thread(state.prompt_tokens, prompt)
     mask = await token_mask(state, c.grammar, c.grammar_triggers)
-    return await start(Run(state, request, "text", c, tokens, mask=mask))
+    return Run(state, request, "text", c, tokens, mask=mask)
 
 
 async def chat_completions(request: Request) -> Response:
     """POST /v1/chat/completions (OpenAI chat)."""
-    state: ServerState = request.app.state.server
     data, c = await request_completion(request, "chat")
+    return await start(await chat_run(request, data, c))
+
+
+async def chat_run(request: Request, data: dict, c: Completion, prefix: str = "") -> Run:
+    """The Run of a chat body (the Ollama routes' too), not submitted; `prefix` goes before
+    the rendered prompt (Ollama's `context`)."""
+    state: ServerState = request.app.state.server
     text, _, files, plan = await render(state, data)
+    text = prefix + text
     await check_size(state, text, state.engine.n_ctx_slot)
     prompt = await asyncio.to_thread(state.chat_prompt, text, files)
     if plan is not None:
@@ -598,7 +615,7 @@ async def chat_completions(request: Request) -> Response:
         mask = await token_mask(state, c.grammar, c.grammar_triggers)
     run = Run(state, request, "chat", c, prompt, prompt_opens_thinking(text), mask=mask)
     run.tool_parser = plan.parser() if plan is not None else None
-    return await start(run)
+    return run
 
 
 async def tool_mask(state: ServerState, plan):
@@ -672,9 +689,14 @@ async def internal_error(request: Request, exc: Exception) -> Response:
     return error(f"{type(exc).__name__}: {exc}", "server_error")
 
 
-def build_app(state: ServerState) -> Gate:
-    app = Starlette(routes=[Route(p, handle_errors(fn), methods=m) for p, fn, m in ROUTES],
-                    exception_handlers={404: not_found, 405: method_not_allowed,
-                                        Exception: internal_error})
+def build_app(state: ServerState):
+    from . import ollama, ollama_http  # they build on this module
+
+    routes = [Route(p, handle_errors(fn), methods=m) for p, fn, m in ROUTES]
+    routes += [Route(p, ollama.ollama_errors(fn), methods=m) for p, fn, m in ollama.ROUTES]
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed,
+                                                       Exception: internal_error})
     app.state.server = state
-    return Gate(app, state)
+    # Ollama's routes (/api/*) get its CORS origins, Host check and error shape
+    return ollama_http.OllamaGuard(Gate(app, state), state.api_keys, state.cfg.host,
+                                   lambda: state.ready)

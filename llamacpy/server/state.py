@@ -48,6 +48,7 @@ class ServerConfig:
     cache_reuse: int = 0  # --cache-reuse: least cached chunk moved into place (0: off)
     cache_ram: int = 8192  # --cache-ram MiB for idle slots' prompts (0: off, -1: no limit)
     api_keys: list[str] = field(default_factory=list)
+    host: str = "127.0.0.1"  # --host: on loopback the Ollama routes check the Host header
     webui: bool = True
     metrics: bool = False
     slots: bool = True
