@@ -5,6 +5,7 @@ from __future__ import annotations
 from gguf.constants import Keys
 
 from ..format import GGUFError, GGUFFile
+from .bert import BertModel
 from .gemma3 import Gemma3Model
 from .llama import LlamaModel
 from .qwen2 import Qwen2Model
@@ -17,6 +18,7 @@ ARCHITECTURES = {
     "qwen3": Qwen3Model,
     "qwen35": Qwen35Model,
     "gemma3": Gemma3Model,
+    "bert": BertModel,
 }
 
 
