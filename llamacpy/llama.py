@@ -28,6 +28,7 @@ from .engine.prompt import Prompt
 from .engine.scheduler import Scheduler
 from .engine.sequence import Request
 from .engine.draft_model import build_speculator
+from .engine.embedding import Embedder, normalize
 from .engine.speculative import CallableDrafter, SpecConfig, Speculator, prompt_lookup_draft
 from .format import open_gguf
 from .chat.tools import ToolCallParser, detect_format, plan_tools, prepare_messages, \
@@ -137,10 +138,10 @@ GPU_ARGS = {"n_gpu_layers": 0, "split_mode": None, "main_gpu": 0, "tensor_split"
             "offload_kqv": True, "op_offload": None}
 # arguments llamacpy takes only at llama-cpp-python's default (what llamacpy does anyway)
 DEFAULT_ONLY = {"kv_overrides": None,
-                "rope_scaling_type": -1, "pooling_type": -1, "rope_freq_base": 0.0,
+                "rope_scaling_type": -1, "rope_freq_base": 0.0,
                 "rope_freq_scale": 0.0, "yarn_ext_factor": -1.0, "yarn_attn_factor": 1.0,
                 "yarn_beta_fast": 32.0, "yarn_beta_slow": 1.0, "yarn_orig_ctx": 0,
-                "embedding": False, "swa_full": None, "no_perf": False,
+                "swa_full": None, "no_perf": False,
                 "last_n_tokens_size": 64, "lora_base": None, "lora_scale": 1.0,
                 "lora_path": None, "numa": False, "chat_handler": None,
                 "tokenizer": None, "spm_infill": False, "tfs_z": 1.0, "suffix": None,
@@ -181,7 +182,8 @@ class Llama:
                  type_k: str | int | None = None, type_v: str | int | None = None,
                  flash_attn: bool | str = False, draft_model: LlamaDraftModel | None = None,
                  use_mmap: bool = True, use_mlock: bool = False, load_mode: str | None = None,
-                 context_shift: bool = False, **kwargs: Any):
+                 context_shift: bool = False, embedding: bool = False,
+                 pooling_type: int = -1, **kwargs: Any):
         check_arguments("Llama", kwargs)
         # ggml type ids (llama-cpp-python) or -ctk names; flash_attn=False is -fa off there too
         type_k, type_v = kv_type_name(type_k), kv_type_name(type_v)
@@ -217,6 +219,11 @@ class Llama:
             self.scores = np.empty((rows, self._model.args.n_vocab), np.float32)
         else:
             self._n_ctx = n_ctx
+        # embedding=True: as llama-cpp-python, up to n_batch tokens and min(n_batch, 256)
+        # sequences per decode; pooling_type -1 takes the model's own
+        self._embedder = Embedder(self._model, pooling_type, n_ubatch=n_batch,
+                                  n_seq_max=min(n_batch, 256), n_threads=n_threads) \
+            if embedding and self._model is not None else None
         self.input_ids = np.zeros(self._n_ctx, np.intc)
         self.n_tokens = 0
         self._last_logits: np.ndarray | None = None  # float32 [n_vocab] after the last eval
@@ -250,6 +257,43 @@ class Llama:
 
     def tokenizer(self) -> Tokenizer:
         return self._tokenizer
+
+    def pooling_type(self) -> int:
+        """llama_pooling_type of the embedding context (-1 without embedding=True)."""
+        return self._embedder.pooling if self._embedder is not None else -1
+
+    # -- embeddings -------------------------------------------------------------------------
+
+    def embed(self, input: str | list[str], normalize: bool = False, truncate: bool = True,
+              return_count: bool = False):
+        """llama-cpp-python's Llama.embed: a vector (list of floats) per input, or per token
+        with pooling none; Euclidean-normalised only with normalize=True. Inputs are batched
+        together (n_batch tokens a decode)."""
+        if self._embedder is None:
+            raise RuntimeError("Llama model must be created with embedding=True to call this "
+                               "method")
+        inputs = [input] if isinstance(input, str) else list(input)
+        seqs = []
+        for text in inputs:
+            tokens = self.tokenize(text.encode("utf-8"))
+            tokens = tokens[: self.n_batch] if truncate else tokens
+            if len(tokens) > self.n_batch:
+                raise ValueError(f"Requested tokens ({len(tokens)}) exceed batch size of "
+                                 f"{self.n_batch}")
+            seqs.append(tokens)
+        data = [as_lists(v, normalize) for v in self._embedder.embed(seqs)]
+        output = data[0] if isinstance(input, str) else data
+        return (output, sum(map(len, seqs))) if return_count else output
+
+    def create_embedding(self, input: str | list[str], model: str | None = None) -> dict:
+        """llama-cpp-python's CreateEmbeddingResponse (vectors not normalised)."""
+        embeds, total = self.embed(input if isinstance(input, list) else [input],
+                                   return_count=True)
+        return {"object": "list",
+                "data": [{"object": "embedding", "embedding": e, "index": i}
+                         for i, e in enumerate(embeds)],
+                "model": model if model is not None else self.model_path,
+                "usage": {"prompt_tokens": total, "total_tokens": total}}
 
     # -- evaluation -------------------------------------------------------------------------
 
@@ -338,6 +382,9 @@ class Llama:
 
     def _completion(self, prompt, params: SamplingParams, max_tokens, stop, logprobs, echo,
                     model, mask=None) -> Iterator[dict]:
+        if getattr(self._model, "encoder", False):  # llama.cpp: a memory-less context
+            raise RuntimeError("the current context does not support logits computation: "
+                               f"a {self._model.args.arch} model only gives embeddings")
         tokens = self._prompt_tokens(prompt)
         if len(tokens) >= self._n_ctx:
             raise ValueError(f"Requested tokens ({len(tokens)}) exceed context window of "
@@ -432,6 +479,13 @@ class Llama:
             mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, grammar=grammar)
         run = chat_chunks(chunks, parser)
         return run if stream else collect_chat(run)
+
+
+def as_lists(v: np.ndarray, unit: bool) -> list:
+    """One embedding as Python floats (a list per token for pooling none)."""
+    if v.ndim == 2:
+        return [as_lists(row, unit) for row in v]
+    return (normalize(v, 2) if unit else v).tolist()
 
 
 def completion_chunk(cid: str, created: int, model: str, text: str, logprobs, finish) -> dict:

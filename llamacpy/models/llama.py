@@ -56,8 +56,9 @@ class LlamaModel:
         return KVCache(a.n_layer, n_seq, n_ctx, a.n_head_kv, a.head_dim_k, a.head_dim_v,
                        type_k, type_v)
 
-    def forward(self, batch: Batch, cache: KVCache) -> np.ndarray:
-        """Logits float32 [rows with batch.logits, n_vocab]."""
+    def forward(self, batch: Batch, cache: KVCache, hidden: bool = False) -> np.ndarray:
+        """Logits float32 [rows with batch.logits, n_vocab]; with `hidden`, the normed hidden
+        states [rows, n_embd] instead (llama.cpp's t_embd, which embeddings pool)."""
         a = self.args
         x = input_embeddings(self.token_embd, batch)
         segments = batch.segments()
@@ -69,4 +70,5 @@ class LlamaModel:
                 x, h = x[batch.logits], h[batch.logits]
             x = x + h
             x = x + layer.ffn(rms_norm(x, layer.ffn_norm, a.rms_eps))
-        return self.output(rms_norm(x, self.output_norm, a.rms_eps))
+        x = rms_norm(x, self.output_norm, a.rms_eps)
+        return x if hidden else self.output(x)
