@@ -222,6 +222,9 @@ FLAGS = [
     f("--webui", "--ui", dest="webui", type=SWITCH, default=True, env="LLAMA_ARG_UI",
       tools=("server",)),
     f("--no-webui", "--no-ui", dest="webui", type=SWITCH, const=False, tools=("server",)),
+    f("--ollama", dest="ollama", type=SWITCH, default=False, tools=("server",),
+      help="listen where Ollama does: OLLAMA_HOST, else 127.0.0.1:11434 (--host and --port "
+           "still win); the Ollama API (/api/*) is always served"),
     # router mode (llama-server without -m: one child llama-server per model, server/router.py)
     f("--models-dir", dest="models_dir", env="LLAMA_ARG_MODELS_DIR", tools=("server",),
       help="router mode: a folder of models (*.gguf, or one subfolder per model)"),
@@ -397,12 +400,30 @@ def parse_args(tool: str, prog: str, description: str, argv: list[str]) -> argpa
     args = build_parser(tool, prog, description).parse_args(argv)
     warn_deprecated(argv, prog)
     args.given = given_dests(tool, prog, description, argv)
+    if getattr(args, "ollama", False):
+        ollama_address(args)
     redirect_log(args)
     for dest, (value, message) in REFUSED.items():
         if getattr(args, dest, None) is value:
             fail(prog, message)
     check_cpu_only(args, prog)
     return args
+
+
+OLLAMA_PORT = 11434
+
+
+def ollama_address(args: argparse.Namespace) -> None:
+    """--ollama: host and port from OLLAMA_HOST ("host", "host:port", "http://host:port",
+    ":port"), else Ollama's 127.0.0.1:11434; a --host or --port given explicitly stays."""
+    value = os.environ.get("OLLAMA_HOST", "").strip()
+    value = value.split("://", 1)[-1].rstrip("/")
+    host, sep, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
+    host = host if sep else value
+    if "host" not in args.given:
+        args.host = host.strip("[]") or "127.0.0.1"
+    if "port" not in args.given:
+        args.port = int(port) if port.isdigit() else OLLAMA_PORT
 
 
 def given_dests(tool: str, prog: str, description: str, argv: list[str]) -> set[str]:

@@ -11,6 +11,7 @@ TOOLS = {
     "inspect": ("inspect", "print a GGUF file's metadata and tensor table"),
     "pull": ("pull", "fetch a catalogue model into the model cache"),
     "server": ("server", "serve a model over the OpenAI-compatible HTTP API (llama-server)"),
+    "serve": ("server", "the same as server (`llamacpy serve --ollama`: on Ollama's port)"),
     "cli": ("llama_cli", "chat with a model or complete a prompt (llama-cli)"),
     "bench": ("bench", "measure prompt and generation speed (llama-bench)"),
     "perplexity": ("perplexity", "perplexity and KL divergence over a text (llama-perplexity)"),

@@ -204,6 +204,8 @@ SERVER = {
     "api_key": (["--api-key", "k1,k2"], lambda r: r.cfg.api_keys == ["k1", "k2"]),
     "api_key_file": (["--api-key-file", "{keys}"], lambda r: r.cfg.api_keys == ["k3"]),
     "webui": (["--no-webui"], lambda r: r.cfg.webui is False),
+    "ollama": (["--ollama"], lambda r: (r.uvicorn["host"], r.uvicorn["port"]) == (
+        "127.0.0.1", 11434)),  # OLLAMA_HOST unset: Ollama's own address
     # router mode's flags (tests/server/test_router.py); with -m they would do nothing
     "models_dir": Refused("--models-dir", "models"),
     "models_preset": Refused("--models-preset", "models.ini"),
