@@ -448,7 +448,8 @@ async def chat_run(request: Request, data: dict):
 
 async def tags(request: Request) -> Response:
     state = request.app.state.server
-    return JSONResponse({"models": [await models.entry(state, state.alias)]})
+    entry = await models.entry(state.cfg.model_path, state.alias, state.gguf)
+    return JSONResponse({"models": [entry]})
 
 
 async def ps(request: Request) -> Response:

@@ -24,7 +24,7 @@ ALLOW_HEADERS = ("Authorization, Content-Type, User-Agent, Accept, X-Requested-W
                  "x-stainless-os, x-stainless-package-version, x-stainless-retry-count, "
                  "x-stainless-runtime, x-stainless-runtime-version, x-stainless-timeout")
 ALLOW_METHODS = "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS"
-PUBLIC = {"/api/tags"}  # as llama.cpp's server: listing the models needs no API key
+PUBLIC = {"/api/tags"}  # as llama.cpp's server: listing the model needs no API key (router: it does)
 
 
 def ollama_error(message: str, status: int) -> JSONResponse:
@@ -85,8 +85,8 @@ class OllamaGuard:
     Ollama's origins (preflights answered 204), the API key and the loading state in
     Ollama's error shape; other paths pass through untouched."""
 
-    def __init__(self, app, api_keys, bound_host: str, ready=lambda: True):
-        self.app, self.api_keys, self.ready = app, api_keys, ready
+    def __init__(self, app, api_keys, bound_host: str, ready=lambda: True, public=PUBLIC):
+        self.app, self.api_keys, self.ready, self.public = app, api_keys, ready, public
         self.check_host = is_loopback(bound_host)
         self.origins = allowed_origins()
 
@@ -116,7 +116,7 @@ class OllamaGuard:
                 "Access-Control-Max-Age": "43200"}
 
     def refusal(self, path: str, headers: dict) -> Response | None:
-        if self.api_keys and path not in PUBLIC:
+        if self.api_keys and path not in self.public:
             key = headers.get("authorization") or headers.get("x-api-key") or ""
             if key.removeprefix("Bearer ") not in self.api_keys:
                 return ollama_error("Invalid API Key", 401)

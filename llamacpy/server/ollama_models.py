@@ -69,18 +69,16 @@ def details(gguf) -> dict:
             "quantization_level": quantization_level(gguf)}
 
 
-async def entry(state, name: str) -> dict:
-    """The model as one /api/tags entry (also the start of /api/ps's)."""
-    path = state.cfg.model_path
+async def entry(path: str, name: str, gguf) -> dict:
+    """A GGUF file as one /api/tags entry (also the start of /api/ps's)."""
     st = os.stat(path)
     return {"name": name, "model": name, "modified_at": rfc3339(st.st_mtime),
-            "size": st.st_size, "digest": await digest_of(path),
-            "details": details(state.gguf)}
+            "size": st.st_size, "digest": await digest_of(path), "details": details(gguf)}
 
 
 async def running(state, name: str) -> dict:
     """/api/ps's entry: the slot context, and no expiry (the server keeps its model)."""
-    out = await entry(state, name)
+    out = await entry(state.cfg.model_path, name, state.gguf)
     out.pop("modified_at")
     out.update(expires_at=rfc3339(FOREVER), size_vram=0,
                context_length=state.engine.n_ctx_slot)

@@ -102,7 +102,7 @@ def router_config(args: argparse.Namespace, argv: list[str]) -> RouterConfig:
 
     return RouterConfig(args.models_dir, args.models_preset, args.models_max,
                         args.models_autoload, args.sleep_idle_seconds, child_flags(argv),
-                        child_env(), log)
+                        child_env(), log, args.host)
 
 
 # -- routes -----------------------------------------------------------------------------------
@@ -275,10 +275,12 @@ OWN = [("/health", health, ["GET"]), ("/v1/health", health, ["GET"]),
 
 def routes() -> list[tuple]:
     """The router's own routes, then every route of a single-model server, proxied."""
-    own = {path for path, _, _ in OWN}
+    from .ollama_router import ROUTES as OLLAMA  # Ollama's /api/* (it builds on this module)
+
+    own = {path for path, _, _ in OWN + OLLAMA}
     proxied = [(path, proxy_post if "POST" in methods else proxy_get, methods)
                for path, _, methods in single.ROUTES if path not in own]
-    return OWN + proxied
+    return OWN + OLLAMA + proxied
 
 
 async def method_not_allowed(request: Request, exc) -> Response:
@@ -309,7 +311,11 @@ def build_router_app(models: Models, api_keys: list[str], webui: bool, timeout: 
                                         Exception: single.internal_error}, lifespan=lifespan)
     app.state.models, app.state.autoload, app.state.webui = models, models.cfg.autoload, webui
     app.state.api_key = bool(api_keys)
-    return RouterGate(app, SimpleNamespace(api_keys=api_keys, ready=True))
+    from .ollama_http import OllamaGuard
+
+    # Ollama's CORS origins, Host check and error shape on /api/*; the key guards every route
+    return OllamaGuard(RouterGate(app, SimpleNamespace(api_keys=api_keys, ready=True)),
+                       api_keys, models.cfg.host, public=set())
 
 
 def main(args: argparse.Namespace, argv: list[str]) -> int:

@@ -90,6 +90,7 @@ class RouterConfig:
     child_flags: list[str]  # the router's own flags that every child gets
     child_env: dict[str, str]
     log: object = print  # a line for the router's log
+    host: str = "127.0.0.1"  # --host: on loopback the Ollama routes check the Host header
 
 
 class Models:
