@@ -16,6 +16,9 @@ rank (the model's classifier on the first token).
 from __future__ import annotations
 
 import inspect
+import threading
+from collections import deque
+from concurrent.futures import Future
 
 import numba
 import numpy as np
@@ -74,7 +77,7 @@ class Embedder:
                              f"(llamacpy embeds with bert, llama, qwen2 and qwen3 models)")
         chosen = pooling_type(pooling)
         self.pooling = a.extra.get("pooling", POOLING["none"]) if chosen is None else chosen
-        if self.pooling == POOLING["rank"] and not hasattr(model, "rank_head"):
+        if self.pooling == POOLING["rank"] and not getattr(model, "has_classifier", False):
             raise ValueError(f"rank pooling needs a reranker with a classifier head; this "
                              f"'{a.arch}' model has none")
         self.n_seq_max = n_seq_max if self.encoder else min(n_seq_max, DECODER_SEQS)
@@ -145,3 +148,61 @@ def pack(lengths: list[int], n_tokens: int, n_seqs: int) -> list[list[int]]:
         groups[-1].append(i)
         used += n
     return groups
+
+
+class EmbeddingWorker:
+    """The thread that owns an Embedder in a server: requests queue their sequences, and each
+    round embeds every queued request's sequences together (so concurrent requests share
+    batches). A failure fails the requests of its round, never the thread."""
+
+    def __init__(self, embedder: Embedder, on_start=None):
+        self.embedder = embedder
+        self.jobs: deque[tuple[list[list[int]], Future]] = deque()
+        self.cond = threading.Condition()
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, args=(on_start,), daemon=True,
+                                       name="llamacpy-embeddings")
+        self.thread.start()
+
+    def submit(self, seqs: list[list[int]]) -> Future:
+        """A Future of embed(seqs); bad input fails at once with EmbeddingError."""
+        for tokens in seqs:
+            self.embedder.check(tokens)
+        done: Future = Future()
+        with self.cond:
+            if self.stopping:
+                raise RuntimeError("the embedding worker has stopped")
+            self.jobs.append((seqs, done))
+            self.cond.notify()
+        return done
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify()
+
+    def _run(self, on_start) -> None:
+        if on_start is not None:
+            on_start()  # the thread's kernel thread count (-t)
+        while True:
+            with self.cond:
+                while not (self.jobs or self.stopping):
+                    self.cond.wait()
+                if self.stopping:
+                    return
+                jobs = list(self.jobs)
+                self.jobs.clear()
+            self._round(jobs)
+
+    def _round(self, jobs: list[tuple[list[list[int]], Future]]) -> None:
+        live = [(seqs, f) for seqs, f in jobs if f.set_running_or_notify_cancel()]
+        try:
+            vectors = self.embedder.embed([t for seqs, _ in live for t in seqs])
+        except Exception as e:  # noqa: BLE001 - the round's requests fail, the worker goes on
+            for _, f in live:
+                f.set_exception(e)
+            return
+        start = 0
+        for seqs, f in live:
+            f.set_result(vectors[start:start + len(seqs)])
+            start += len(seqs)

@@ -81,6 +81,7 @@ class BertModel:
         self.cls_out = None if out is None else w.linear("cls.output", a.n_embd, out.ne[1])
         self.cls_out_b = None if out is None else w.vector("cls.output.bias", out.ne[1],
                                                            optional=True)
+        self.has_classifier = self.cls is not None or self.cls_out is not None  # a reranker
 
     def make_cache(self, n_ctx: int, n_seq: int = 1, type_k: str = "f16",
                    type_v: str = "f16") -> KVCache:
