@@ -477,19 +477,17 @@ EMBEDDINGS = obj({"model": string(), "prompt": string(), "options": obj(),
                   "keep_alive": any_of(number(), string())})
 
 
-def embedding_model(state):
-    """What computes embeddings here; None until the server has an embedding mode
-    (issue 14: wire it in here, then the two routes below answer)."""
-    return None
-
-
 async def embed_texts(state, model: str, texts: list[str]) -> tuple[list[list[float]], int]:
-    """The texts' embeddings (L2-normalized, as Ollama's) and the tokens they took."""
-    if embedding_model(state) is None:
-        raise OllamaError(f'"{model}" does not support embeddings: start llama-server with '
-                          f"an embedding model in embedding mode (--embedding), or in router "
-                          f"mode name one", 400)
-    raise OllamaError("embeddings are not wired in yet", 501)
+    """The texts' L2-normalized embeddings (as Ollama's) and the tokens they took, from the
+    embedding worker (issue 14: --embeddings, server/embeddings.py)."""
+    if getattr(state, "embeddings", None) is None:
+        raise OllamaError(f'"{model}" does not support embeddings: start llama-server with an '
+                          f"embedding model and --embeddings, or in router mode name one")
+    if not texts:
+        return [], 0  # Ollama: an empty input only loads the model
+    from .embeddings import embed_texts as vectors_of
+
+    return await vectors_of(state, texts)
 
 
 async def embed(request: Request) -> Response:

@@ -102,6 +102,8 @@ def model_info(gguf, verbose: bool) -> dict:
 
 
 def capabilities(state) -> list[str]:
+    if getattr(state, "embeddings", None) is not None:
+        return ["embedding"]  # --embeddings: the completion routes refuse
     source = state.template.source
     caps = ["completion"]
     if "tools" in source:
