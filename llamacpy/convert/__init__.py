@@ -35,3 +35,43 @@ def convert(model_dir: str | Path, opts: Options | None = None) -> Path:
     if not opts.dry_run:
         write(conversion, opts)
     return conversion.outfile
+
+
+def convert_and_quantize(model_dir: str | Path, opts: Options, quant_type: str,
+                         keep_intermediate: bool = False) -> Path:
+    """--outtype Q4_K_M (any llama-quantize type): an F16 GGUF, then our llama-quantize on it;
+    the F16 file is removed unless `keep_intermediate`."""
+    from ..quants.model_quantize import QuantizeError, quantize_model
+    from ..quants.recipe import QuantizeParams, parse_file_type
+
+    option = parse_file_type(quant_type)
+    if option is None:
+        raise ConvertError(f"--outtype {quant_type}: not a converter or llama-quantize type")
+    first = Options(**{**opts.__dict__, "outtype": "f16"})
+    if opts.outfile is None or opts.outfile.is_dir():
+        first.outfile = None if opts.outfile is None else opts.outfile
+    conversion = plan(model_dir, first)
+    final = _quantized_path(conversion, opts.outfile, option.name)
+    if final == conversion.outfile:
+        raise ConvertError(f"{final}: the output would overwrite the F16 intermediate")
+    write(conversion, first)
+    try:
+        quantize_model(conversion.outfile, final, QuantizeParams(ftype=option))
+    except QuantizeError as e:
+        raise ConvertError(f"quantizing to {option.name}: {e}") from None
+    finally:
+        if not keep_intermediate:
+            conversion.outfile.unlink(missing_ok=True)
+    return final
+
+
+def _quantized_path(conversion: Conversion, outfile: Path | None, type_name: str) -> Path:
+    from .naming import naming_convention
+
+    if outfile is not None and not outfile.is_dir():
+        low, up = type_name.lower(), type_name.upper()
+        return outfile.parent / outfile.name.format(low, outtype=low, ftype=low, OUTTYPE=up,
+                                                    FTYPE=up)
+    meta = {k.removeprefix("general."): v for k, v in conversion.kv.values().items()
+            if k.startswith("general.") and isinstance(v, str)}
+    return conversion.outfile.parent / f"{naming_convention(meta, type_name)}.gguf"

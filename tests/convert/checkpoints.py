@@ -1,0 +1,115 @@
+"""Tiny random Hugging Face checkpoints with real tokenizers, and llama.cpp's converter on them.
+
+The tokenizers are rebuilt from the catalogue GGUFs (Qwen2.5-Coder's and SmolLM2's vocab and
+merges, with their tokenizer.json pre-tokenizers), so both converters recognise their
+pre-tokenizer hashes ('qwen2', 'smollm') instead of patching get_vocab_base_pre.
+Needs torch and transformers; nothing under llamacpy imports this.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from llamacpy.format import open_gguf
+from tests.reference.tiny_hf.make_tiny_models import SPECS, randomize
+from tests.reference.vocab_data import llama_cpp_source
+
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
+               r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+PRE_TOKENIZERS = {
+    "qwen2": ({"type": "NFC"}, {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT}, "behavior": "Isolated",
+         "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+         "use_regex": False}]}),
+    "smollm": (None, {"type": "Sequence", "pretokenizers": [
+        {"type": "Digits", "individual_digits": True},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+         "use_regex": True}]}),
+}
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+                 "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+                 "{% endif %}")
+
+
+def write_tokenizer(gguf_path: Path, kind: str, out: Path) -> int:
+    """tokenizer.json + tokenizer_config.json from a GGUF's BPE vocab; returns the vocab size."""
+    g = open_gguf(gguf_path)
+    tokens, types = g.metadata["tokenizer.ggml.tokens"], g.metadata["tokenizer.ggml.token_type"]
+    merges = g.metadata["tokenizer.ggml.merges"]
+    bos, eos = g.metadata.get("tokenizer.ggml.bos_token_id"), g.metadata["tokenizer.ggml.eos_token_id"]
+    g.close()
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, (t, ty) in enumerate(zip(tokens, types))
+             if int(ty) == 3]
+    normalizer, pre = PRE_TOKENIZERS[kind]
+    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+           "normalizer": normalizer, "pre_tokenizer": pre,
+           "post_processor": {"type": "ByteLevel", "add_prefix_space": False,
+                              "trim_offsets": False, "use_regex": False},
+           "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                       "use_regex": True},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                     "continuing_subword_prefix": "", "end_of_word_suffix": "",
+                     "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                     "vocab": {t: i for i, t in enumerate(tokens)},
+                     "merges": [m.split(" ") for m in merges]}}
+    (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": tokens[eos],
+              "bos_token": tokens[bos] if bos is not None else None, "add_bos_token": False,
+              "chat_template": CHAT_TEMPLATE, "model_max_length": 4096}
+    (out / "tokenizer_config.json").write_text(json.dumps(config))
+    return len(tokens)
+
+
+def make_checkpoint(spec: str, vocab_gguf: Path, kind: str, out: Path,
+                    dtype: torch.dtype = torch.float32, seed: int = 7, **overrides) -> Path:
+    """A tiny random model of SPECS[spec] with the GGUF's tokenizer, saved by transformers."""
+    out.mkdir(parents=True, exist_ok=True)
+    n_vocab = write_tokenizer(vocab_gguf, kind, out)
+    config_cls, model_cls, kwargs = SPECS[spec]
+    kwargs = {**kwargs, "hidden_size": 32, "intermediate_size": 64, **overrides}
+    config = config_cls(vocab_size=n_vocab, max_position_embeddings=256, rms_norm_eps=1e-6,
+                        bos_token_id=None, eos_token_id=0, **kwargs)
+    config.architectures = [model_cls.__name__]
+    torch.manual_seed(seed)
+    model = model_cls(config).float().eval()
+    randomize(model, seed, norm_offset=0.0 if config.model_type == "gemma3_text" else 1.0)
+    model.to(dtype).save_pretrained(out, safe_serialization=True)
+    (out / "generation_config.json").write_text(json.dumps(
+        {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}))
+    return out
+
+
+def reference_convert(model_dir: Path, out: Path, *flags: str) -> subprocess.CompletedProcess:
+    """llama.cpp's convert_hf_to_gguf.py with its own gguf-py first on the path."""
+    src = llama_cpp_source()
+    env = dict(os.environ, PYTHONPATH=f"{src / 'gguf-py'}{os.pathsep}{src}")
+    return subprocess.run([sys.executable, str(src / "convert_hf_to_gguf.py"), str(model_dir),
+                           "--outfile", str(out), *flags], env=env, cwd=src,
+                          capture_output=True, text=True)
+
+
+def gguf_summary(path: Path) -> tuple[list, list]:
+    """(metadata [(key, type, value)], tensors [(name, type, ne, bytes hash)]) of a GGUF file."""
+    import hashlib
+    g = open_gguf(path)
+    meta = [(k, int(g.value_types[k]), _plain(v)) for k, v in g.metadata.items()]
+    tensors = [(t.name, t.ggml_type.name, tuple(t.ne),
+                hashlib.sha256(np.asarray(t.data).tobytes()).hexdigest()[:16])
+               for t in g.tensors.values()]
+    g.close()
+    return meta, tensors
+
+
+def _plain(v):
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return v

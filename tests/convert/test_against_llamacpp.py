@@ -1,0 +1,46 @@
+"""Our converter against llama.cpp's convert_hf_to_gguf.py (the 0.3.36 sdist with its own
+gguf-py, under torch + transformers) on the same tiny checkpoints: the two GGUF files must be
+byte-identical -- same metadata keys, value types and values in the same order, the same tensor
+names, types, shapes and bytes. A difference is reported key by key and tensor by tensor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llamacpy.convert import Options, convert
+from tests.convert.checkpoints import gguf_summary
+
+TEXT = ["llama", "llama-rope-llama3", "qwen2", "qwen3", "gemma3"]
+
+
+def assert_same_gguf(ours: Path, ref: Path) -> None:
+    if ours.read_bytes() == ref.read_bytes():
+        return
+    (m1, t1), (m2, t2) = gguf_summary(ours), gguf_summary(ref)
+    assert [k for k, *_ in m1] == [k for k, *_ in m2], "metadata keys or their order differ"
+    for a, b in zip(m1, m2):
+        assert a == b, f"metadata differs: ours {a[:2]} {str(a[2])[:200]} vs {b[:2]} {str(b[2])[:200]}"
+    for a, b in zip(t1, t2):
+        assert a == b, f"tensor differs: ours {a} vs llama.cpp {b}"
+    assert t1 == t2
+    pytest.fail("files differ outside metadata and tensors (header or padding)")
+
+
+@pytest.mark.parametrize("outtype", [pytest.param("f32", marks=pytest.mark.slow), "f16",
+                                     pytest.param("q8_0", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", TEXT)
+def test_text_models_match(name, outtype, checkpoint, reference_gguf, tmp_path):
+    ours = convert(checkpoint(name), Options(outfile=tmp_path / "ours.gguf", outtype=outtype))
+    assert_same_gguf(ours, reference_gguf(name, outtype))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,outtype", [("qwen2-bf16", "auto"), ("qwen2-bf16", "f16"),
+                                          ("llama-f16", "auto"), ("llama-f16", "bf16"),
+                                          ("llama-f16", "q8_0")])
+def test_half_precision_sources_match(name, outtype, checkpoint, reference_gguf, tmp_path):
+    """BF16 and F16 checkpoints; --outtype auto keeps their 16-bit type, as llama.cpp's does."""
+    ours = convert(checkpoint(name), Options(outfile=tmp_path / "ours.gguf", outtype=outtype))
+    assert_same_gguf(ours, reference_gguf(name, outtype))
