@@ -55,9 +55,11 @@ SMALL_BATCH = 8  # up to this many tokens the multi_* kernels beat dequantize + 
 SMALL_BATCH_BY_TYPE = {GGMLType.Q8_0: 24, GGMLType.Q5_0: 16, GGMLType.IQ4_NL: 16,
                        GGMLType.Q4_K: 16, GGMLType.Q6_K: 12}
 SMALL_BATCH_Q6_K_BYTES = 24
-# With the VNNI prompt kernel the crossovers move (Zen 5, 1 thread, real and synthetic layers)
-SMALL_BATCH_VNNI = {GGMLType.Q4_K: 20, GGMLType.Q6_K: 14, GGMLType.Q8_0: 20, GGMLType.Q5_0: 40,
-                    GGMLType.IQ4_NL: 28, GGMLType.Q4_0: 28, GGMLType.Q4_1: 20}
+# With the VNNI prompt kernel and the zmm multi_* kernels (every VNNI CPU has AVX-512BW) the
+# crossovers move (Zen 5, 1 thread, Gemma 3 / SmolLM2 / Qwen2.5-Coder / Qwen2.5-1.5B layers: Q8_0
+# and Q5_0 about 56 tokens, Q4_K 32-40, Q4_1 about 32, Q6_K 20-24)
+SMALL_BATCH_VNNI = {GGMLType.Q4_K: 32, GGMLType.Q6_K: 20, GGMLType.Q8_0: 56, GGMLType.Q5_0: 56,
+                    GGMLType.IQ4_NL: 48, GGMLType.Q4_0: 48, GGMLType.Q4_1: 28}
 
 
 # ------------------------------------------------------------- float rows: the other types

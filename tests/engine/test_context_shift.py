@@ -64,6 +64,7 @@ def test_layer0_keys_equal_keys_computed_at_the_new_positions(loaded, kv):
     n_keep, d = 5, 13
     ctx = Context(model, n_ctx=64, type_k=kv, type_v=kv)
     ctx.decode(Batch.from_tokens(tokens))
+    v_before = ctx.cache.v[0][0, : len(tokens)].copy()
     assert remove_cells(ctx.cache, 0, n_keep, n_keep + d, model.kv_rope) == len(tokens) - d
     fresh = Context(model, n_ctx=64, type_k=kv, type_v=kv)
     fresh.decode(Batch.from_tokens(tokens[:n_keep] + tokens[n_keep + d:]))
@@ -71,7 +72,9 @@ def test_layer0_keys_equal_keys_computed_at_the_new_positions(loaded, kv):
     got, want = keys(ctx.cache, 0, 0, n), keys(fresh.cache, 0, 0, n)
     err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
     assert err <= KEY_TOL[kv], err
-    assert np.array_equal(ctx.cache.v[0][0, :n], fresh.cache.v[0][0, :n])
+    # values move unchanged (a fresh decode of another batch size may take another matmul path)
+    moved = np.concatenate([v_before[:n_keep], v_before[n_keep + d :]])
+    assert np.array_equal(ctx.cache.v[0][0, :n], moved)
 
 
 def test_every_layer_is_rerotated_by_its_own_rope(loaded):
