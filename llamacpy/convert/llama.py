@@ -26,8 +26,11 @@ class LlamaConverter(Converter):
     block_map = DECODER_BLOCKS
 
     def defaults(self, hp):
-        # LlamaConfig fills in head_dim, which llama.cpp then writes as key/value length
-        return {"head_dim": hp["hidden_size"] // hp["num_attention_heads"]}
+        # LlamaConfig fills these in, and llama.cpp writes what it fills in
+        n_head = hp.get("num_attention_heads")
+        if not n_head or "hidden_size" not in hp:
+            return {}
+        return {"head_dim": hp["hidden_size"] // n_head, "num_key_value_heads": n_head}
 
     def filter_tensor(self, name):
         return super().filter_tensor(name.replace("text_model.", ""))

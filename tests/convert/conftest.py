@@ -7,23 +7,25 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
-from tests.convert import checkpoints  # noqa: E402
-
 # name -> (SPECS entry, vocab source catalogue model, tokenizer kind, folder name, dtype)
 CASES = {
-    "llama": ("llama", "smollm2-135m", "smollm", "Tiny-Llama-v0.1-Instruct", torch.float32),
+    "llama": ("llama", "smollm2-135m", "smollm", "Tiny-Llama-v0.1-Instruct", "float32"),
     "llama-rope-llama3": ("llama-rope-llama3", "smollm2-135m", "smollm", "TinyLlama3-Base",
-                          torch.float32),
-    "qwen2": ("qwen2", "qwen2.5-coder-0.5b", "qwen2", "Tiny-Qwen2.5-Coder-Instruct",
-              torch.float32),
-    "qwen3": ("qwen3", "qwen2.5-coder-0.5b", "qwen2", "Qwen3-Tiny", torch.float32),
-    "gemma3": ("gemma3", "qwen2.5-coder-0.5b", "qwen2", "gemma-3-tiny-it", torch.float32),
-    "qwen2-bf16": ("qwen2", "qwen2.5-coder-0.5b", "qwen2", "Tiny-Qwen2-BF16", torch.bfloat16),
-    "llama-f16": ("llama", "smollm2-135m", "smollm", "Tiny-Llama-F16", torch.float16),
+                          "float32"),
+    "qwen2": ("qwen2", "qwen2.5-coder-0.5b", "qwen2", "Tiny-Qwen2.5-Coder-Instruct", "float32"),
+    "qwen3": ("qwen3", "qwen2.5-coder-0.5b", "qwen2", "Qwen3-Tiny", "float32"),
+    "gemma3": ("gemma3", "qwen2.5-coder-0.5b", "qwen2", "gemma-3-tiny-it", "float32"),
+    "qwen2-bf16": ("qwen2", "qwen2.5-coder-0.5b", "qwen2", "Tiny-Qwen2-BF16", "bfloat16"),
+    "llama-f16": ("llama", "smollm2-135m", "smollm", "Tiny-Llama-F16", "float16"),
 }
+
+
+def _checkpoints():
+    """The checkpoint helpers; tests that need them skip where torch or transformers is absent."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests.convert import checkpoints
+    return torch, checkpoints
 
 
 @pytest.fixture(scope="session")
@@ -33,10 +35,11 @@ def checkpoint(tmp_path_factory, model_paths):
 
     def get(name: str) -> Path:
         if name not in made:
+            torch, checkpoints = _checkpoints()
             spec, vocab, kind, folder, dtype = CASES[name]
             root = tmp_path_factory.mktemp(f"ckpt-{name}")
             made[name] = checkpoints.make_checkpoint(spec, Path(model_paths[vocab]), kind,
-                                                     root / folder, dtype=dtype)
+                                                     root / folder, dtype=getattr(torch, dtype))
         return made[name]
     return get
 
@@ -48,6 +51,7 @@ def reference_gguf(tmp_path_factory, checkpoint):
 
     def get(name: str, outtype: str) -> Path:
         if (name, outtype) not in made:
+            _, checkpoints = _checkpoints()
             out = tmp_path_factory.mktemp(f"ref-{name}") / f"ref-{outtype}.gguf"
             r = checkpoints.reference_convert(checkpoint(name), out, "--outtype", outtype)
             assert r.returncode == 0, r.stderr[-3000:]

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from llamacpy.convert import Options, convert
-from tests.convert.checkpoints import gguf_summary
 
 TEXT = ["llama", "llama-rope-llama3", "qwen2", "qwen3", "gemma3"]
 
@@ -18,6 +17,8 @@ TEXT = ["llama", "llama-rope-llama3", "qwen2", "qwen3", "gemma3"]
 def assert_same_gguf(ours: Path, ref: Path) -> None:
     if ours.read_bytes() == ref.read_bytes():
         return
+    from tests.convert.checkpoints import gguf_summary
+
     (m1, t1), (m2, t2) = gguf_summary(ours), gguf_summary(ref)
     assert [k for k, *_ in m1] == [k for k, *_ in m2], "metadata keys or their order differ"
     for a, b in zip(m1, m2):
