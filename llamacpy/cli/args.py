@@ -36,6 +36,14 @@ def f(*names, dest, type=str, default=None, env=None, help="", tools=("cli", "se
     return Flag(tuple(names), dest, type, default, env, help, tools, const)
 
 
+def pooling_name(value: str) -> str:
+    """--pooling VALUE: one of llama.cpp's pooling types."""
+    if value not in ("none", "mean", "cls", "last", "rank"):
+        raise argparse.ArgumentTypeError(f"invalid pooling type '{value}' "
+                                         f"(use none, mean, cls, last or rank)")
+    return value
+
+
 def flash_attn_value(value: str) -> str:
     """-fa VALUE as on, off or auto (common_arg_utils: is_truthy, is_falsey, is_autoy)."""
     for name, words in (("on", ("on", "enabled", "true", "1")),
@@ -241,6 +249,19 @@ FLAGS = [
       env="LLAMA_ARG_SLEEP_IDLE_SECONDS", tools=("server",),
       help="router mode: unload a model idle this long; it sleeps until the next request "
            "(-1 = never)"),
+    # embeddings (issue 14): an embedding server answers /v1/embeddings, /embedding, /rerank
+    f("--embedding", "--embeddings", dest="embedding", type=SWITCH, default=False,
+      env="LLAMA_ARG_EMBEDDINGS", tools=("server",),
+      help="restrict to only support embedding use case; use only with dedicated embedding "
+           "models"),
+    f("--rerank", "--reranking", dest="rerank", type=SWITCH, default=False,
+      env="LLAMA_ARG_RERANKING", tools=("server",),
+      help="enable reranking endpoint on server (--embedding with --pooling rank)"),
+    f("--pooling", dest="pooling", type=pooling_name, env="LLAMA_ARG_POOLING", tools=("server",),
+      help="{none,mean,cls,last,rank}: pooling type for embeddings (default: the model's)"),
+    f("--embd-normalize", dest="embd_normalize", type=int, default=2, tools=("server",),
+      help="normalisation for embeddings (-1=none, 0=max absolute int16, 1=taxicab, "
+           "2=euclidean, >2=p-norm)"),
     f("--metrics", dest="metrics", type=SWITCH, default=False, env="LLAMA_ARG_ENDPOINT_METRICS",
       tools=("server",)),
     f("--slots", dest="slots", type=SWITCH, default=True, env="LLAMA_ARG_ENDPOINT_SLOTS",
@@ -345,10 +366,9 @@ NOT_SUPPORTED = {
                          "-ts", "--tensor-split", "-mg", "--main-gpu",
                          "--audio", "--video", "-mmu", "--mmproj-url", "--prompt-cache",
                          "--media-path",
-                         "--slot-save-path", "--embd-normalize",
-                         "-gan", "-gaw", "--pooling", "--in-prefix", "--in-suffix")},
-    **{k: False for k in ("--swa-full", "-i", "--embedding", "--embeddings",
-                          "--rerank", "--reranking",
+                         "--slot-save-path",
+                         "-gan", "-gaw", "--in-prefix", "--in-suffix")},
+    **{k: False for k in ("--swa-full", "-i",
                           "--interactive", "-if", "--interactive-first",
                           "--check-tensors", "-e", "--escape",
                           "--mmproj-auto", "--no-mmproj", "--no-mmproj-auto")},

@@ -58,7 +58,9 @@ def server_config(args):
         image_max_tokens=args.image_max_tokens, warmup=args.warmup,
         n_threads=args.threads, n_threads_batch=args.threads_batch,
         n_threads_http=args.threads_http, ignore_eos=args.ignore_eos, verbosity=verbosity(args),
-        grammar=grammar, grammar_source=grammar_source, speculative=spec_config(args))
+        grammar=grammar, grammar_source=grammar_source, speculative=spec_config(args),
+        embedding=args.embedding or args.rerank,
+        pooling="rank" if args.rerank else args.pooling, embd_normalize=args.embd_normalize)
 
 
 def context_controls(args) -> dict:

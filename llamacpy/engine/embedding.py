@@ -31,7 +31,12 @@ DECODER_SEQS = 4  # sequences per batch for a decoder: its scratch cache is n_se
 
 
 class EmbeddingError(ValueError):
-    """An input that cannot be embedded (empty, or longer than one ubatch)."""
+    """An input that cannot be embedded (empty, or longer than one ubatch); `kind` is the
+    error type llama-server reports it with."""
+
+    def __init__(self, message: str, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.kind = kind
 
 
 def pooling_type(value) -> int | None:
@@ -94,7 +99,11 @@ class Embedder:
         if len(tokens) > self.n_ubatch:
             raise EmbeddingError(f"input ({len(tokens)} tokens) is too large to process. "
                                  f"increase the physical batch size (current batch size: "
-                                 f"{self.n_ubatch})")
+                                 f"{self.n_ubatch})", "server_error")
+        n_ctx = self.model.args.n_ctx_train
+        if self.encoder and len(tokens) > n_ctx:  # absolute positions end there
+            raise EmbeddingError(f"input ({len(tokens)} tokens) is larger than the max context "
+                                 f"size ({n_ctx} tokens). skipping", "server_error")
         n_vocab = self.model.args.n_vocab
         if any(not 0 <= t < n_vocab for t in tokens):
             raise EmbeddingError(f"invalid token id in input (the vocabulary is 0..{n_vocab - 1})")

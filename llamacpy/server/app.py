@@ -176,6 +176,10 @@ async def request_completion(request: Request, route: str) -> tuple[dict, Comple
 
 async def completion_for(state: ServerState, data: dict, route: str) -> Completion:
     """A parsed body's validated Completion (also what the Ollama routes build theirs with)."""
+    if state.embeddings is not None or getattr(state.model, "encoder", False):
+        # llama.cpp's refusal on an embedding (memory-less) context
+        raise EngineError("the current context does not support logits computation. skipping",
+                          "server_error")
     if route != "chat":  # before validating millions of token ids
         await check_size(state, data.get("prompt"), state.engine.n_ctx_slot)
     c = await asyncio.to_thread(completion_from, data, state.sampling_defaults,
@@ -691,8 +695,9 @@ async def internal_error(request: Request, exc: Exception) -> Response:
 
 def build_app(state: ServerState):
     from . import ollama, ollama_http  # they build on this module
+    from . import embeddings
 
-    routes = [Route(p, handle_errors(fn), methods=m) for p, fn, m in ROUTES]
+    routes = [Route(p, handle_errors(fn), methods=m) for p, fn, m in ROUTES + embeddings.ROUTES]
     routes += [Route(p, ollama.ollama_errors(fn), methods=m) for p, fn, m in ollama.ROUTES]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed,
                                                        Exception: internal_error})

@@ -23,6 +23,7 @@ from ..kernels import apply_threads_here
 from ..vision import ImageError, load_projector
 from ..vision.mtmd import MtmdContext, media_marker
 from ..engine.context import Context
+from ..engine.embedding import Embedder, EmbeddingWorker
 from ..engine.draft_model import build_speculator
 from ..engine.scheduler import Scheduler
 from ..engine.speculative import SpecConfig
@@ -71,6 +72,9 @@ class ServerConfig:
     grammar: Grammar | None = None  # --grammar / -j: for requests that bring none of their own
     grammar_source: str = ""
     speculative: SpecConfig | None = None  # --spec-type / -md: drafts verified in each step
+    embedding: bool = False  # --embedding: serve embeddings (completion routes refuse)
+    pooling: str | None = None  # --pooling (None: the model's); --rerank sets "rank"
+    embd_normalize: int = 2  # --embd-normalize: the default for embedding requests
 
 
 class ServerState:
@@ -86,6 +90,7 @@ class ServerState:
         self.thread: threading.Thread | None = None
         self.mtmd: MtmdContext | None = None
         self.grammar = cfg.grammar
+        self.embeddings: EmbeddingWorker | None = None  # --embedding: server/embeddings.py
 
     # -- loading ---------------------------------------------------------------------------------
 
@@ -116,7 +121,11 @@ class ServerState:
         self.think_end_tokens = tok.tokenize("\n</think>\n\n", add_special=False,
                                              parse_special=True)
         self.sampling_defaults = SamplingParams.from_gguf(self.gguf, **sampling_overrides(cfg))
-        self.warm_up()
+        # embeddings batch up to 64 sequences of n_ubatch tokens (llama.cpp: one ubatch each)
+        embedder = Embedder(self.model, cfg.pooling, cfg.n_ubatch, 64) if cfg.embedding else None
+        self.warm_up(embedder)
+        if embedder is not None:
+            self.embeddings = EmbeddingWorker(embedder, apply_threads_here)
         self.thread = threading.Thread(target=self._run_engine, name="llamacpy-engine",
                                        daemon=True)
         self.thread.start()
@@ -142,13 +151,15 @@ class ServerState:
             return "the engine thread has stopped"
         return None
 
-    def warm_up(self) -> None:
+    def warm_up(self, embedder: Embedder | None = None) -> None:
         """The warm-up decodes (engine/warmup.py: prompt, few-token, one-token and batched
         steps) before `ready`, so /health says 503 until every kernel is compiled and the
         first request runs at speed; --no-warmup (cfg.warmup False) skips them. Also loads
         the anyio modules that starlette's streamed responses would load at the first one
         (anyio imports lazily: 20-50 ms on the first streamed reply otherwise)."""
-        if self.cfg.warmup:
+        if self.cfg.warmup and embedder is not None:  # embedding mode generates nothing
+            embedder.embed([[0] * 8, [0] * 3])
+        elif self.cfg.warmup:
             warm_up(self.engine.ctx, self.tokenizer,
                     source=Source(self.cfg.model_path, self.cfg.repack))
             import anyio
@@ -157,6 +168,8 @@ class ServerState:
                 getattr(anyio, name, None)
 
     def stop(self) -> None:
+        if self.embeddings is not None:
+            self.embeddings.stop()
         if self.engine is not None:
             self.engine.stop()
         if self.thread is not None:

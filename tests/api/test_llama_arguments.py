@@ -16,7 +16,7 @@ def llm():
     return Llama(TINY, n_ctx=64, verbose=False)
 
 
-@pytest.mark.parametrize("kwargs", [{"lora_path": "x.gguf"}, {"embedding": True},
+@pytest.mark.parametrize("kwargs", [{"lora_path": "x.gguf"},
                                     {"numa": True}, {"rope_freq_base": 1e6},
                                     {"chat_format": "chatml"}, {"draft_model": object()},
                                     {"kv_overrides": {"a": 1}}])
