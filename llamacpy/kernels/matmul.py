@@ -595,7 +595,7 @@ def multi_q6_k_bytes_zmm(w, X, Y, chunks):
 
 
 # Where the CPU has AVX-512BW the integer kinds take four tokens a vector from this many tokens
-# on (Zen 5, 1 thread, bench/bench_kernels.py --multi): with fewer, the ymm kernel's pairs waste
+# on (Zen 5, 1 thread, bench/few_token_kernels.py): with fewer, the ymm kernel's pairs waste
 # less of a part-filled quad, and Q4_K / Q6_K decode their blocks more cheaply at ymm width.
 NO_ZMM = (None, 1 << 30)
 ZMM_KERNELS = {
