@@ -11,6 +11,7 @@ tool-call arguments as objects, errors as {"error": "..."}.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import time
@@ -23,8 +24,8 @@ from ..engine.scheduler import EngineError
 from . import app as oai
 from . import ollama_models as models
 from .ollama_http import ollama_error
-from .params import (RequestError, any_of, array, boolean, check, integer, number, obj,
-                     string)
+from .params import (Limits, RequestError, any_of, array, boolean, check, completion_fields,
+                     integer, number, obj, string)
 
 # the Ollama release whose API this follows: clients compare it before using newer fields
 OLLAMA_VERSION = "0.12.0"
@@ -118,10 +119,11 @@ def keep_alive_seconds(value) -> float | None:
     return sum(float(n) * UNIT_S[u] for n, u in parts)
 
 
-def sampling_fields(options: dict | None, state) -> tuple[dict, int | None]:
+def sampling_fields(options: dict | None) -> tuple[dict, int | None]:
     """Ollama's options as llama.cpp's request fields, and num_ctx; load-time options and
     unknown ones are refused (the server's flags set those)."""
     out, num_ctx = {}, None
+    check(options or {}, option_schema(), "options")
     for key, value in (options or {}).items():
         if value is None:
             continue
@@ -141,6 +143,13 @@ def sampling_fields(options: dict | None, state) -> tuple[dict, int | None]:
     if out.get("n_predict") == -2:  # Ollama: fill the context
         out["n_predict"] = -1
     return out, num_ctx
+
+
+@functools.cache
+def option_schema() -> dict:
+    """Ollama's runtime options, each checked as the llama.cpp field it becomes."""
+    fields = completion_fields(Limits())
+    return obj({name: fields[field] for name, field in OPTIONS.items()})
 
 
 def response_format(fmt) -> dict | None:
@@ -179,7 +188,7 @@ def base_body(data: dict, state) -> tuple[dict, int | None]:
     if "shift" in data and data["shift"] != state.cfg.context_shift:
         raise OllamaError(f"shift: {data['shift']} differs from this server's context shift "
                           f"(--context-shift is {'on' if state.cfg.context_shift else 'off'})")
-    body, num_ctx = sampling_fields(data.get("options"), state)
+    body, num_ctx = sampling_fields(data.get("options"))
     fmt = response_format(data.get("format"))
     if fmt is not None:
         body["response_format"] = fmt
@@ -318,8 +327,15 @@ class Reply:
         if not self.run.c.logprobs or not self.run.probs:
             return None
         entries = oai.oai_logprobs(self.run)["content"]
-        return [{k: v for k, v in e.items() if k != "id"} for e in
-                (entries[-1:] if last else entries)]
+        return [ollama_logprob(e) for e in (entries[-1:] if last else entries)]
+
+
+def ollama_logprob(entry: dict) -> dict:
+    """An OpenAI logprobs entry in Ollama's shape (token, logprob, bytes; no ids)."""
+    out = {k: entry[k] for k in ("token", "logprob", "bytes")}
+    out["top_logprobs"] = [{k: t[k] for k in ("token", "logprob", "bytes")}
+                           for t in entry["top_logprobs"]]
+    return out
 
 
 def tool_calls(run) -> list[dict]:
@@ -422,6 +438,7 @@ async def inference(request: Request, route: str) -> Response:
     t0 = time.perf_counter_ns()
     data = await read_request(request, GENERATE if route == "generate" else CHAT)
     keep_alive_seconds(data.get("keep_alive"))
+    sampling_fields(data.get("options"))  # checked even when the request only loads
     if not data.get("prompt" if route == "generate" else "messages"):
         return loaded(data, route)
     run, num_ctx = await (generate_run if route == "generate" else chat_run)(request, data)

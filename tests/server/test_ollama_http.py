@@ -208,3 +208,57 @@ def test_pull_streams_progress_for_a_cached_model(server):
     assert any(x.get("completed") == x.get("total") == 98362432 for x in lines)
     r = post(server, "/api/pull", {"model": "smollm2-135m", "stream": False})
     assert r.json() == {"status": "success"}
+
+
+@pytest.mark.parametrize("path,body,says", [
+    ("/api/generate", {"prompt": "hi", "options": []}, "'options' must be an object"),
+    ("/api/generate", {"prompt": "hi", "options": {"temperature": "hot"}},
+     "'options.temperature' must be a number"),
+    ("/api/generate", {"prompt": "hi", "options": {"num_predict": 1e30}},
+     "'options.num_predict' must be an integer"),
+    ("/api/chat", {"messages": [], "options": {"stop": 5}}, "'options.stop' must be"),
+    ("/api/generate", {"prompt": "hi", "images": [1]}, "'images[0]' must be a string"),
+    ("/api/generate", {"prompt": "hi", "context": [-1]}, "'context[0]' must be an integer"),
+    ("/api/generate", {"prompt": "hi", "context": [10**9]}, "outside the vocabulary"),
+    ("/api/generate", {"prompt": "hi", "keep_alive": True}, "'keep_alive' must be"),
+    ("/api/generate", {"prompt": "hi", "think": "huge"}, "'think' must be"),
+    ("/api/generate", {"prompt": "hi", "think": True}, "does not support thinking"),
+    ("/api/generate", {"prompt": "hi", "stream": "yes"}, "'stream' must be a boolean"),
+    ("/api/generate", {"prompt": "hi", "top_logprobs": 50}, "'top_logprobs' must be"),
+    ("/api/chat", {"messages": "x"}, "'messages' must be an array"),
+    ("/api/chat", {"messages": [{"role": "user", "content": ["a"]}]},
+     "'messages[0].content' must be a string"),
+    ("/api/chat", {"messages": [{"role": "user", "content": "hi"}], "tools": "x"},
+     "'tools' must be an array"),
+    ("/api/chat", {"messages": [{"role": "user", "content": "hi"}], "tools": [
+        {"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"a": {"type": "nonsense"}}}}}]}, "JSON schema"),
+    ("/api/chat", {"messages": [{"role": "assistant", "content": "", "tool_calls": [
+        {"function": {"name": "f", "arguments": "notjson"}}]}, {"role": "user", "content": "x"}]},
+     "not valid JSON"),
+    ("/api/chat", {"messages": [{"role": "user", "content": "hi", "images": ["aGk="]}]},
+     "mmproj"),
+])
+def test_bad_fields_are_400_and_the_server_stays_up(server, path, body, says):
+    r = post(server, path, {"model": "m", **body})
+    assert r.status_code == 400 and says in r.json()["error"], r.text
+    assert httpx.get(server.url + "/health").json() == {"status": "ok"}
+
+
+def test_logprobs_match_the_openai_route(server):
+    messages = [{"role": "user", "content": "Say hello."}]
+    r = post(server, "/api/chat", {"model": "m", "messages": messages, "stream": False,
+                                   "logprobs": True, "top_logprobs": 2,
+                                   "options": {"num_predict": 4, "temperature": 0}}).json()
+    v1 = post(server, "/v1/chat/completions", {
+        "messages": messages, "logprobs": True, "top_logprobs": 2, "max_tokens": 4,
+        "temperature": 0}).json()["choices"][0]["logprobs"]["content"]
+    assert len(r["logprobs"]) == r["eval_count"] == 4
+    for ours, theirs in zip(r["logprobs"], v1):
+        assert set(ours) == {"token", "logprob", "bytes", "top_logprobs"}
+        assert ours["token"] == theirs["token"]
+        # the second request reuses the cached prompt: last-bit batch differences only
+        assert ours["logprob"] == pytest.approx(theirs["logprob"], abs=2e-3)
+        assert [t["token"] for t in ours["top_logprobs"]] == \
+            [t["token"] for t in theirs["top_logprobs"]]
+    assert "".join(x["token"] for x in r["logprobs"]) == r["message"]["content"]
