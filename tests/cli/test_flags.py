@@ -213,6 +213,10 @@ SERVER = {
     "models_autoload": Refused("--no-models-autoload"),
     "sleep_idle_seconds": Refused("--sleep-idle-seconds", "5"),
     "metrics": (["--metrics"], lambda r: r.cfg.metrics is True),
+    "embedding": (["--embeddings"], lambda r: r.cfg.embedding is True and r.cfg.pooling is None),
+    "rerank": (["--reranking"], lambda r: r.cfg.embedding is True and r.cfg.pooling == "rank"),
+    "pooling": (["--pooling", "cls"], lambda r: r.cfg.pooling == "cls"),
+    "embd_normalize": (["--embd-normalize", "1"], lambda r: r.cfg.embd_normalize == 1),
     "slots": (["--no-slots"], lambda r: r.cfg.slots is False),
     "timeout": (["-to", "5"], lambda r: r.uvicorn["timeout_keep_alive"] == 5),
     "threads_http": (["--threads-http", "3"], lambda r: r.cfg.n_threads_http == 3 and reads(
