@@ -111,7 +111,10 @@ async def file_entry(inst: Instance) -> dict:
 
 
 async def tags(request: Request) -> Response:
+    """Every model the router can start, rescanned first (as Ollama lists what is on disk:
+    a model `/api/pull` just fetched shows)."""
     models = models_of(request)
+    await models.reload()
     return JSONResponse({"models": [await file_entry(i) for i in models.table.values()]})
 
 

@@ -180,6 +180,10 @@ def test_a_tool_call_has_object_arguments(client, server):
     assert answer.message.content == v1["content"]
     assert [c.function.arguments for c in answer.message.tool_calls or []] == \
         [json.loads(c["function"]["arguments"]) for c in v1.get("tool_calls", [])]
+    parts = list(client.chat(model="x", tools=[get_weather], options={"temperature": 0},
+                             messages=PARIS, stream=True))
+    streamed = [c for p in parts for c in p.message.tool_calls or []]
+    assert streamed == r.message.tool_calls and parts[-1].message.tool_calls == streamed
 
 
 def test_embed_and_thinking_answer_clear_errors(client):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from unittest import mock
 
@@ -262,3 +264,22 @@ def test_logprobs_match_the_openai_route(server):
         assert [t["token"] for t in ours["top_logprobs"]] == \
             [t["token"] for t in theirs["top_logprobs"]]
     assert "".join(x["token"] for x in r["logprobs"]) == r["message"]["content"]
+
+
+def test_serve_ollama_listens_on_ollama_host(model_paths, tmp_path):
+    """`llamacpy serve --ollama` with OLLAMA_HOST set (as Ollama reads it) answers there."""
+    from tests.server.conftest import Server, free_port, wait_ready
+
+    port = free_port()
+    env = dict(os.environ, OLLAMA_HOST=f"127.0.0.1:{port}", PYTHONUNBUFFERED="1")
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "llamacpy", "serve", "--ollama", "-m",
+                                 str(model_paths["smollm2-135m"]), "--no-warmup", "-c", "256"],
+                                stdout=out, stderr=subprocess.STDOUT, env=env)
+    server = Server(proc, port, str(log))
+    try:
+        wait_ready(server, 120)
+        assert httpx.get(server.url + "/api/version").json()["version"].count(".") == 2
+    finally:
+        stop_server(server)

@@ -90,6 +90,17 @@ def test_keep_alive_duration_unloads_once_idle(client):
     assert m.expires_at.year > 2100
 
 
+def test_tags_rescan_the_folder(client, router, model_paths):
+    folder = next(p for p in router.proc.args if str(p).endswith("models"))
+    extra = os.path.join(folder, "extra-smol.gguf")
+    os.symlink(model_paths["smollm2-135m"], extra)
+    try:
+        assert "extra-smol" in {m.model for m in client.list().models}
+    finally:
+        os.unlink(extra)
+    assert "extra-smol" not in {m.model for m in client.list().models}
+
+
 def test_show_and_version_through_the_router(client, router):
     r = client.show(GEMMA)
     assert r.modelinfo["general.architecture"] == "gemma3" and "completion" in r.capabilities
