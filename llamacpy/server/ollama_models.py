@@ -9,7 +9,7 @@ import functools
 import os
 import time
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -20,14 +20,14 @@ from ..hub import catalog
 TOKENIZER_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
                     "tokenizer.ggml.merges", "tokenizer.ggml.scores")
 # keep_alive < 0 keeps a model for ever: Ollama then reports a time centuries ahead
-FOREVER = datetime(2318, 1, 1, tzinfo=timezone.utc)
+FOREVER = datetime(2318, 1, 1, tzinfo=UTC)
 
 
 def rfc3339(t: float | datetime) -> str:
     """A time as Ollama writes it (RFC 3339, UTC, nanosecond-free)."""
     if not isinstance(t, datetime):
-        t = datetime.fromtimestamp(t, timezone.utc)
-    return t.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+        t = datetime.fromtimestamp(t, UTC)
+    return t.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def human_number(n: int) -> str:

@@ -10,7 +10,6 @@ import asyncio
 import time
 
 import httpx
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 

@@ -74,7 +74,7 @@ def test_show_carries_model_info_template_and_capabilities(client, reader):
     assert r.modelinfo["general.architecture"] == arch
     assert r.template == field(reader, "tokenizer.chat_template")
     assert r.capabilities == ["completion", "tools"] and r.details.quantization_level == "Q4_K_M"
-    assert re.search(r"^num_ctx +2048$", r.parameters, re.M)  # -c 4096 over 2 slots
+    assert re.search(r"^num_ctx +2048$", r.parameters, re.MULTILINE)  # -c 4096 over 2 slots
 
 
 def test_ps_gives_the_slot_context(client):
