@@ -220,3 +220,24 @@ def test_minilm_through_the_openai_client_matches_sentence_transformers(tmp_path
         assert np.allclose(one.data[0].embedding, res.data[0].embedding, atol=1e-6)
     finally:
         stop_server(server)
+
+
+def test_decoder_embeds_with_pooling_last(tmp_path_factory):
+    """A Qwen3 model with --pooling last: the vector is the engine's last-token hidden state
+    (tests/api/test_embeddings_api.py checks that one against transformers' logits), normalised;
+    --pooling rank on it is refused at start with the reason."""
+    from llamacpy.engine.embedding import Embedder
+    from llamacpy.format import open_gguf
+    from llamacpy.models import load_model
+
+    path = GOLDEN.parent / "tiny_hf" / "qwen3.gguf"
+    tokens = np.load(GOLDEN.parent / "tiny_hf" / "qwen3.npz")["tokens"].tolist()
+    want = unit(Embedder(load_model(open_gguf(path)), "last").embed([tokens])[0])
+    server = serve(tmp_path_factory, "-m", str(path), "--embeddings", "--pooling", "last")
+    try:
+        got = post(server, "/v1/embeddings", {"input": [tokens, tokens[:3]]}).json()["data"]
+        assert np.abs(np.array(got[0]["embedding"]) - want).max() < 1e-5
+    finally:
+        stop_server(server)
+    with pytest.raises(RuntimeError, match="rank pooling needs a reranker"):
+        serve(tmp_path_factory, "-m", str(path), "--embeddings", "--pooling", "rank")
