@@ -145,10 +145,28 @@ def sequence_rows(seq_ids: np.ndarray) -> np.ndarray:
 def attend_sequences(q: np.ndarray, k: np.ndarray, v: np.ndarray, groups: np.ndarray,
                      scale: float) -> np.ndarray:
     """Non-causal attention of q/k/v [n, n_head, d] within each row group of `groups`
-    (sequence_rows): one batched BLAS product over the sequences padded to the longest, the
-    padding masked out of the softmax. Returns float32 [n, n_head, d]."""
-    n, n_head, d = q.shape
-    valid = groups >= 0  # [S, L]
+    (sequence_rows). Sequences of similar length go together through one batched BLAS product,
+    padded to the longest of them (padding masked out of the softmax), so a long sequence does
+    not pad every short one to its length. Returns float32 [n, n_head, d]."""
+    out = np.empty(q.shape, np.float32)
+    lengths = (groups >= 0).sum(axis=1)
+    order = np.argsort(-lengths, kind="stable")
+    start = 0
+    while start < len(order):
+        stop, longest = start + 1, lengths[order[start]]
+        # grow the bucket while the padded work stays within twice the real work
+        while stop < len(order) and longest ** 2 * (stop + 1 - start) <= \
+                2 * (lengths[order[start:stop + 1]] ** 2).sum():
+            stop += 1
+        bucket = groups[order[start:stop], :longest]
+        _attend_padded(q, k, v, bucket, scale, out)
+        start = stop
+    return out
+
+
+def _attend_padded(q, k, v, groups: np.ndarray, scale: float, out: np.ndarray) -> None:
+    """attend_sequences for one bucket of sequences [S, L] (rows, -1 = padding)."""
+    valid = groups >= 0
     take = np.where(valid, groups, 0)
 
     def padded(t):  # [S, n_head, L, d]
@@ -156,11 +174,10 @@ def attend_sequences(q: np.ndarray, k: np.ndarray, v: np.ndarray, groups: np.nda
 
     scores = padded(q) @ padded(k).transpose(0, 1, 3, 2)  # [S, n_head, L, L]
     scores *= np.float32(scale)
-    scores[~np.broadcast_to(valid[:, None, None, :], scores.shape)] = -np.inf
+    if not valid.all():
+        scores[~np.broadcast_to(valid[:, None, None, :], scores.shape)] = -np.inf
     scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
     scores /= scores.sum(axis=-1, keepdims=True)
     ctx = (scores @ padded(v)).transpose(0, 2, 1, 3)  # [S, L, n_head, d]
-    out = np.empty((n, n_head, d), np.float32)
     out[groups[valid]] = ctx[valid]
-    return out

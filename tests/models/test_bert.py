@@ -108,6 +108,17 @@ def test_small_ubatches_give_the_same_vectors(tiny):
         assert all(np.abs(a - b).max() < 1e-5 for a, b in zip(emb.embed(seqs), whole))
 
 
+def test_each_sequence_batched_as_alone(tiny):
+    """Long and short sequences in one forward (attention buckets them by length) give each
+    sequence's hidden states as a forward of it alone."""
+    model, _, ref = tiny
+    seqs = [s.tolist() for s in split(ref["tokens"], ref["lengths"])]
+    seqs = [seqs[1] * 4, seqs[2], seqs[0], seqs[2], seqs[1] * 3]  # 4 x 12 + ... tokens
+    together = Embedder(model, "none").embed(seqs)
+    for s, t in zip(seqs, together):
+        assert np.abs(Embedder(model, "none").embed([s])[0] - t).max() < 1e-5
+
+
 def test_pack_limits():
     assert pack([3, 3, 3, 1], 6, 8) == [[0, 1], [2, 3]]
     assert pack([1, 1, 1], 100, 2) == [[0, 1], [2]]
