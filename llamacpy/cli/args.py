@@ -230,6 +230,8 @@ FLAGS = [
     f("--webui", "--ui", dest="webui", type=SWITCH, default=True, env="LLAMA_ARG_UI",
       tools=("server",)),
     f("--no-webui", "--no-ui", dest="webui", type=SWITCH, const=False, tools=("server",)),
+    f("--path", dest="static_path", default="", env="LLAMA_ARG_STATIC_PATH", tools=("server",),
+      help="path to serve static files from (default: the built-in web page)"),
     f("--ollama", dest="ollama", type=SWITCH, default=False, tools=("server",),
       help="listen where Ollama does: OLLAMA_HOST, else 127.0.0.1:11434 (--host and --port "
            "still win); the Ollama API (/api/*) is always served"),

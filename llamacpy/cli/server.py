@@ -35,6 +35,7 @@ def api_keys(args) -> list[str]:
 def server_config(args):
     from ..chat.reasoning import FORMATS
     from ..server.state import ServerConfig, parse_kwargs
+    from ..server.static import check_folder
 
     type_k, type_v = cache_types(args)
     if args.reasoning_format not in FORMATS:
@@ -47,7 +48,7 @@ def server_config(args):
         n_predict=args.n_predict, type_k=type_k, type_v=type_v, flash_attn=args.flash_attn,
         repack=repack_default(args), load_mode=args.load_mode, **context_controls(args),
         api_keys=api_keys(args), host=args.host,
-        webui=args.webui,
+        webui=args.webui, static_path=check_folder(args.static_path),
         metrics=args.metrics,
         slots=args.slots, chat_template=chat_template_text(args),
         chat_template_kwargs=parse_kwargs(args.chat_template_kwargs),

@@ -16,12 +16,10 @@ import math
 import time
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, \
-    StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..chat import ChatTemplateError
@@ -31,6 +29,7 @@ from ..engine.scheduler import EngineError
 from ..engine.sequence import Request as SequenceRequest
 from ..engine.sequence import Sequence
 from ..grammar import Grammar, GrammarError, LazyGrammarMask, trigger_finder
+from . import static
 from .openapi import document
 from .params import (Completion, Limits, NotSupported, RequestError, completion_from, parse_body,
                      trigger_words, validate)
@@ -39,7 +38,6 @@ from .state import ServerState
 PUBLIC_PATHS = {"/health", "/v1/health", "/models", "/v1/models", "/", "/openapi.json",
                 "/api/tags"}  # /api/tags: public in llama.cpp too (Ollama clients list models)
 ALLOWED_WHILE_LOADING = {"/health", "/v1/health", "/models", "/v1/models", "/"}
-WEBUI = Path(__file__).with_name("webui.html")
 
 
 def error(message: str, kind: str = "invalid_request_error", code: int | None = None,
@@ -295,10 +293,9 @@ async def apply_template(request: Request) -> Response:
 
 
 async def index(request: Request) -> Response:
-    state: ServerState = request.app.state.server
-    if not state.cfg.webui:
-        return error("File Not Found", "not_found_error")
-    return HTMLResponse(WEBUI.read_text(encoding="utf-8"))
+    """The web page (server/static.py); app.state.static is (enabled, --path folder)."""
+    return static.index(request, *request.app.state.static) or \
+        error("File Not Found", "not_found_error")
 
 
 # -- completions --------------------------------------------------------------------------------
@@ -677,7 +674,8 @@ ROUTES = [
 
 
 async def not_found(request: Request, exc) -> Response:
-    return error("File Not Found", "not_found_error")
+    served = static.folder_file(request, *getattr(request.app.state, "static", (False, "")))
+    return served or error("File Not Found", "not_found_error")
 
 
 async def method_not_allowed(request: Request, exc) -> Response:
@@ -702,6 +700,7 @@ def build_app(state: ServerState):
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed,
                                                        Exception: internal_error})
     app.state.server = state
+    app.state.static = (state.cfg.webui, state.cfg.static_path)
     # Ollama's routes (/api/*) get its CORS origins, Host check and error shape
     return ollama_http.OllamaGuard(Gate(app, state), state.api_keys, state.cfg.host,
                                    lambda: state.ready)

@@ -20,13 +20,14 @@ from types import SimpleNamespace
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .. import __version__
 from ..cli.args import FLAGS, SWITCH, fail, verbosity
 from ..hub.models_dir import ROUTER_DESTS, PresetError
 from . import app as single
+from . import static
 from .app import Gate, error, read_body
 from .params import parse_body
 from .router_models import CHILD_HOST, RUNNING, Instance, Models, RouterConfig, RouterError
@@ -261,16 +262,10 @@ async def health(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
-async def index(request: Request) -> Response:
-    if not request.app.state.webui:
-        return error("File Not Found", "not_found_error")
-    return HTMLResponse(single.WEBUI.read_text(encoding="utf-8"))
-
-
 OWN = [("/health", health, ["GET"]), ("/v1/health", health, ["GET"]),
        ("/models", list_models, ["GET"]), ("/v1/models", list_models, ["GET"]),
        ("/models/load", load_model, ["POST"]), ("/models/unload", unload_model, ["POST"]),
-       ("/props", props, ["GET"]), ("/", index, ["GET"])]
+       ("/props", props, ["GET"]), ("/", single.index, ["GET"])]
 
 
 def routes() -> list[tuple]:
@@ -291,7 +286,8 @@ async def method_not_allowed(request: Request, exc) -> Response:
     return response
 
 
-def build_router_app(models: Models, api_keys: list[str], webui: bool, timeout: int):
+def build_router_app(models: Models, api_keys: list[str], webui: bool, timeout: int,
+                     static_path: str = ""):
     @contextlib.asynccontextmanager
     async def lifespan(app):
         app.state.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10.0))
@@ -311,6 +307,7 @@ def build_router_app(models: Models, api_keys: list[str], webui: bool, timeout: 
                                         Exception: single.internal_error}, lifespan=lifespan)
     app.state.models, app.state.autoload, app.state.webui = models, models.cfg.autoload, webui
     app.state.api_key = bool(api_keys)
+    app.state.static = (webui, static_path)
     from .ollama_http import OllamaGuard
 
     # Ollama's CORS origins, Host check and error shape on /api/*; the key guards every route
@@ -326,6 +323,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
 
     try:
         check_child_flags(args)
+        static.check_folder(args.static_path)
         cfg = router_config(args, argv)
         models = Models(cfg)
         keys = api_keys(args)
@@ -343,7 +341,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     # on SIGTERM open streams get STOP_GRACE seconds, then the children stop (llama.cpp's
     # router stops its HTTP server at once)
     server = uvicorn.Server(uvicorn.Config(
-        build_router_app(models, keys, args.webui, args.timeout),
+        build_router_app(models, keys, args.webui, args.timeout, args.static_path),
         timeout_graceful_shutdown=STOP_GRACE, **settings))
     install_signal_handlers(server)
     cfg.log(f"starting on http://{args.host}:{args.port} (router mode: models load on "

@@ -51,6 +51,7 @@ class ServerConfig:
     api_keys: list[str] = field(default_factory=list)
     host: str = "127.0.0.1"  # --host: on loopback the Ollama routes check the Host header
     webui: bool = True
+    static_path: str = ""  # --path: a folder served at / instead of the built-in page
     metrics: bool = False
     slots: bool = True
     chat_template: str | None = None

@@ -204,6 +204,7 @@ SERVER = {
     "api_key": (["--api-key", "k1,k2"], lambda r: r.cfg.api_keys == ["k1", "k2"]),
     "api_key_file": (["--api-key-file", "{keys}"], lambda r: r.cfg.api_keys == ["k3"]),
     "webui": (["--no-webui"], lambda r: r.cfg.webui is False),
+    "static_path": (["--path", "{folder}"], lambda r: r.cfg.static_path == r.paths["folder"]),
     "ollama": (["--ollama"], lambda r: (r.uvicorn["host"], r.uvicorn["port"]) == (
         "127.0.0.1", 11434)),  # OLLAMA_HOST unset: Ollama's own address
     # router mode's flags (tests/server/test_router.py); with -m they would do nothing
@@ -332,7 +333,8 @@ def paths(tmp_path, monkeypatch):
     (tmp_path / "s.json").write_text(SCHEMA)
     return {"model": str(tmp_path / "m.gguf"), "template": str(tmp_path / "template.jinja"),
             "keys": str(tmp_path / "keys.txt"), "log": str(tmp_path / "log.txt"),
-            "gbnf": str(tmp_path / "g.gbnf"), "schema": str(tmp_path / "s.json")}
+            "gbnf": str(tmp_path / "g.gbnf"), "schema": str(tmp_path / "s.json"),
+            "folder": str(tmp_path)}
 
 
 def argv_for(entry, paths) -> list[str]:

@@ -416,9 +416,9 @@ def test_web_page_model_selector(router):
         page = browser.new_page()
         page.goto(router.url + "/")
         page.wait_for_selector("#status:has-text('API key required')", timeout=30_000)
-        page.fill("#apikey", KEY)
-        page.dispatch_event("#apikey", "change")
-        page.wait_for_selector("#modelfield:not([hidden])", timeout=30_000)
+        page.get_by_label("API key").fill(KEY)  # the page asked for it: settings are open
+        page.get_by_role("button", name="Save").click()
+        page.wait_for_selector("#model-field:not([hidden])", timeout=30_000)
         page.wait_for_function("() => document.querySelectorAll('#model option').length == 4")
         labels = page.locator("#model option").all_inner_texts()
         assert f"{SMOL} (unloaded)" in labels and f"{VISION} (unloaded)" in labels
@@ -427,10 +427,11 @@ def test_web_page_model_selector(router):
             f"() => [...document.querySelectorAll('#model option')].some("
             f"o => o.textContent === '{SMOL} (loaded)')", timeout=300_000)
         assert listing(router)[SMOL]["status"]["value"] == "loaded"
-        page.fill("#input", "Name three colours.")
-        page.press("#input", "Enter")
-        page.wait_for_function("() => !document.querySelector('#send').disabled",
-                               timeout=300_000)
+        page.get_by_label("Message", exact=True).fill("Name three colours.")
+        with page.expect_request("**/v1/chat/completions") as sent:
+            page.get_by_label("Message", exact=True).press("Enter")
+        assert sent.value.post_data_json["model"] == SMOL  # routed by "model"
+        page.wait_for_function("() => document.body.dataset.replies === '1'", timeout=300_000)
         assert page.locator(".assistant .content").last.inner_text().strip()
         assert not page.locator(".assistant .error").count()
         ARTIFACTS.mkdir(exist_ok=True)
