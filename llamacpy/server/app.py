@@ -679,7 +679,9 @@ async def not_found(request: Request, exc) -> Response:
 
 
 async def method_not_allowed(request: Request, exc) -> Response:
-    allowed = next((m for p, _, m in ROUTES if p == request.url.path), [])
+    from .embeddings import ROUTES as EMBEDDINGS
+
+    allowed = next((m for p, _, m in ROUTES + EMBEDDINGS if p == request.url.path), [])
     response = error(f"{request.method} is not allowed on {request.url.path}: use "
                      f"{' or '.join(allowed)}", "invalid_request_error", 405)
     response.headers["Allow"] = ", ".join(allowed)

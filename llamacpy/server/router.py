@@ -270,11 +270,12 @@ OWN = [("/health", health, ["GET"]), ("/v1/health", health, ["GET"]),
 
 def routes() -> list[tuple]:
     """The router's own routes, then every route of a single-model server, proxied."""
+    from .embeddings import ROUTES as EMBEDDINGS
     from .ollama_router import ROUTES as OLLAMA  # Ollama's /api/* (it builds on this module)
 
     own = {path for path, _, _ in OWN + OLLAMA}
     proxied = [(path, proxy_post if "POST" in methods else proxy_get, methods)
-               for path, _, methods in single.ROUTES if path not in own]
+               for path, _, methods in single.ROUTES + EMBEDDINGS if path not in own]
     return OWN + OLLAMA + proxied
 
 

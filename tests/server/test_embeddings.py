@@ -241,3 +241,19 @@ def test_decoder_embeds_with_pooling_last(tmp_path_factory):
         stop_server(server)
     with pytest.raises(RuntimeError, match="rank pooling needs a reranker"):
         serve(tmp_path_factory, "-m", str(path), "--embeddings", "--pooling", "rank")
+
+
+def test_router_mode_proxies_the_embedding_routes(tmp_path_factory):
+    """llama-server --models-dir DIR --embeddings: the child gets --embeddings, the router
+    forwards /v1/embeddings to it by `model`, and a GET there is a 405 naming POST."""
+    texts, _, means = reference()
+    folder = tmp_path_factory.mktemp("models")
+    (folder / "bert.gguf").write_bytes((GOLDEN / "bert.gguf").read_bytes())
+    server = serve(tmp_path_factory, "--models-dir", str(folder), "--embeddings")
+    try:
+        r = post(server, "/v1/embeddings", {"model": "bert", "input": texts[0]})
+        assert r.status_code == 200
+        assert np.abs(np.array(r.json()["data"][0]["embedding"]) - unit(means[0])).max() < TOL
+        assert httpx.get(f"{server.url}/v1/embeddings").status_code == 405
+    finally:
+        stop_server(server)
