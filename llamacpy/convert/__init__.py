@@ -48,8 +48,9 @@ def convert_and_quantize(model_dir: str | Path, opts: Options, quant_type: str,
     if option is None:
         raise ConvertError(f"--outtype {quant_type}: not a converter or llama-quantize type")
     first = Options(**{**opts.__dict__, "outtype": "f16"})
-    if opts.outfile is None or opts.outfile.is_dir():
-        first.outfile = None if opts.outfile is None else opts.outfile
+    named = opts.outfile is not None and not opts.outfile.is_dir()
+    if named:  # the F16 file goes beside the requested one
+        first.outfile = opts.outfile.parent / f"{opts.outfile.stem}.f16-intermediate.gguf"
     conversion = plan(model_dir, first)
     final = _quantized_path(conversion, opts.outfile, option.name)
     if final == conversion.outfile:

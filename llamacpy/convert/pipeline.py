@@ -212,10 +212,16 @@ def write(c: Conversion, opts: Options) -> int:
     return write_gguf(c.outfile, c.kv.values(), to_write, c.kv.types(), on_tensor)
 
 
+_last_drawn = [-1]
+
+
 def text_progress(done: int, total: int) -> None:
-    """A one-line progress bar over the bytes written, on stderr."""
+    """A one-line progress bar over the bytes written, on stderr, redrawn per whole percent."""
     width = 30
     frac = done / total if total else 1.0
+    if int(frac * 100) == _last_drawn[0] and done < total:
+        return
+    _last_drawn[0] = int(frac * 100) if done < total else -1
     bar = "#" * int(frac * width)
     sys.stderr.write(f"\rWriting: [{bar:<{width}}] {done / 2**20:7.1f}/{total / 2**20:.1f} MiB")
     if done >= total:

@@ -117,7 +117,8 @@ def write_gguf(
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as f:
         f.write(header)
-        f.write(b"\0" * (-len(header) % align))
+        if tensors:  # a file without tensors ends at its metadata (gguf-py writes no padding)
+            f.write(b"\0" * (-len(header) % align))
         for i, t in enumerate(tensors):
             data = t.produce()
             chunks = [data] if isinstance(data, (np.ndarray, bytes, memoryview)) else data

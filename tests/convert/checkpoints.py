@@ -70,7 +70,8 @@ def write_tokenizer(gguf_path: Path, kind: str, out: Path) -> int:
 
 
 def make_checkpoint(spec: str, vocab_gguf: Path, kind: str, out: Path,
-                    dtype: torch.dtype = torch.float32, seed: int = 7, **overrides) -> Path:
+                    dtype: torch.dtype = torch.float32, seed: int = 7, shard: str | None = None,
+                    **overrides) -> Path:
     """A tiny random model of SPECS[spec] with the GGUF's tokenizer, saved by transformers."""
     out.mkdir(parents=True, exist_ok=True)
     n_vocab = write_tokenizer(vocab_gguf, kind, out)
@@ -82,7 +83,8 @@ def make_checkpoint(spec: str, vocab_gguf: Path, kind: str, out: Path,
     torch.manual_seed(seed)
     model = model_cls(config).float().eval()
     randomize(model, seed, norm_offset=0.0 if config.model_type == "gemma3_text" else 1.0)
-    model.to(dtype).save_pretrained(out, safe_serialization=True)
+    extra = {"max_shard_size": shard} if shard else {}
+    model.to(dtype).save_pretrained(out, safe_serialization=True, **extra)
     (out / "generation_config.json").write_text(json.dumps(
         {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}))
     return out

@@ -17,7 +17,9 @@ CASES = {
     "gemma3": ("gemma3", "qwen2.5-coder-0.5b", "qwen2", "gemma-3-tiny-it", "float32"),
     "qwen2-bf16": ("qwen2", "qwen2.5-coder-0.5b", "qwen2", "Tiny-Qwen2-BF16", "bfloat16"),
     "llama-f16": ("llama", "smollm2-135m", "smollm", "Tiny-Llama-F16", "float16"),
+    "qwen3-sharded": ("qwen3", "qwen2.5-coder-0.5b", "qwen2", "Qwen3-Sharded", "float32"),
 }
+SHARDS = {"qwen3-sharded": "2MB"}
 
 
 def _checkpoints():
@@ -39,7 +41,8 @@ def checkpoint(tmp_path_factory, model_paths):
             spec, vocab, kind, folder, dtype = CASES[name]
             root = tmp_path_factory.mktemp(f"ckpt-{name}")
             made[name] = checkpoints.make_checkpoint(spec, Path(model_paths[vocab]), kind,
-                                                     root / folder, dtype=getattr(torch, dtype))
+                                                     root / folder, dtype=getattr(torch, dtype),
+                                                     shard=SHARDS.get(name))
         return made[name]
     return get
 
