@@ -27,8 +27,8 @@ POOLING_NONE, POOLING_MEAN, POOLING_CLS, POOLING_LAST, POOLING_RANK = range(5)
 def bert_args(g: GGUFFile) -> ModelArgs:
     """Hyper-parameters from the bert.* keys (layer_norm_epsilon, not the rms one; no rope)."""
     arch = g.require(Keys.General.ARCHITECTURE)
-    key = lambda t, d=None: g.get(t.format(arch=arch), d)  # noqa: E731
-    need = lambda t: g.require(t.format(arch=arch))  # noqa: E731
+    key = lambda t, d=None: g.get(t.format(arch=arch), d)
+    need = lambda t: g.require(t.format(arch=arch))
     n_embd, n_head = int(need(LLM.EMBEDDING_LENGTH)), first_int(need(ATTN.HEAD_COUNT))
     return ModelArgs(
         arch=arch, n_vocab=vocab_size(g, arch), n_embd=n_embd,

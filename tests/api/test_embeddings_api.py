@@ -46,7 +46,7 @@ def test_create_embedding_is_llama_cpp_pythons_dict(llm):
 
 
 def test_embed_shapes_and_normalize(llm):
-    texts, means = bert_reference()
+    texts, _ = bert_reference()
     one = llm.embed(texts[0])
     assert isinstance(one, list) and len(one) == llm.n_embd()
     unit = np.array(llm.embed(texts[0], normalize=True))

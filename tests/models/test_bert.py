@@ -168,11 +168,12 @@ def minilm():
 
 SENTENCES = [
     "A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
-    "A man is riding a horse.", "A woman is playing violin.", "Two men pushed carts through "
-    "the woods.", "A man is riding a white horse on an enclosed ground.", "A monkey is playing "
-    "drums.", "Someone in a gorilla costume is playing a set of drums.", "Hello, world!",
-    "naïve café résumé", "東京は日本の首都です", "", "Semantic search ranks documents by "
-    "the cosine of their vectors. " * 8,
+    "A man is riding a horse.", "A woman is playing violin.",
+    "Two men pushed carts through the woods.",
+    "A man is riding a white horse on an enclosed ground.", "A monkey is playing drums.",
+    "Someone in a gorilla costume is playing a set of drums.", "Hello, world!",
+    "naïve café résumé", "東京は日本の首都です", "",
+    "Semantic search ranks documents by the cosine of their vectors. " * 8,
 ]
 # not here: a word of over 100 characters, which transformers' WordPiece makes one [UNK] and
 # llama.cpp's WPM tokenizer (so ours) splits into pieces

