@@ -705,4 +705,4 @@ def build_app(state: ServerState):
     app.state.static = (state.cfg.webui, state.cfg.static_path)
     # Ollama's routes (/api/*) get its CORS origins, Host check and error shape
     return ollama_http.OllamaGuard(Gate(app, state), state.api_keys, state.cfg.host,
-                                   lambda: state.ready)
+                                   lambda: state.ready, routes=ollama.ROUTES)

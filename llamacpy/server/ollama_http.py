@@ -85,8 +85,10 @@ class OllamaGuard:
     Ollama's origins (preflights answered 204), the API key and the loading state in
     Ollama's error shape; other paths pass through untouched."""
 
-    def __init__(self, app, api_keys, bound_host: str, ready=lambda: True, public=PUBLIC):
+    def __init__(self, app, api_keys, bound_host: str, ready=lambda: True, public=PUBLIC,
+                 routes=()):
         self.app, self.api_keys, self.ready, self.public = app, api_keys, ready, public
+        self.methods = {path: set(methods) for path, _, methods in routes}
         self.check_host = is_loopback(bound_host)
         self.origins = allowed_origins()
 
@@ -101,7 +103,8 @@ class OllamaGuard:
         if scope["method"] == "OPTIONS":
             status = 204 if cors or "origin" not in headers else 403
             return await Response(status_code=status, headers=cors)(scope, receive, send)
-        refusal = self.refusal(scope["path"], headers)
+        refusal = self.refusal(scope["path"], headers) or \
+            self.unrouted(scope["path"], scope["method"])
         if refusal is not None:
             refusal.headers.update(cors)
             return await refusal(scope, receive, send)
@@ -114,6 +117,16 @@ class OllamaGuard:
                 "Access-Control-Allow-Headers": ALLOW_HEADERS,
                 "Access-Control-Allow-Methods": ALLOW_METHODS,
                 "Access-Control-Max-Age": "43200"}
+
+    def unrouted(self, path: str, method: str) -> Response | None:
+        """Gin's 404 and 405 for /api/* paths and methods Ollama's API lacks, in its shape."""
+        if path not in self.methods:
+            return ollama_error("404 page not found", 404)
+        if method not in self.methods[path]:
+            response = ollama_error("405 method not allowed", 405)
+            response.headers["Allow"] = ", ".join(sorted(self.methods[path]))
+            return response
+        return None
 
     def refusal(self, path: str, headers: dict) -> Response | None:
         if self.api_keys and path not in self.public:

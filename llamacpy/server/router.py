@@ -310,10 +310,11 @@ def build_router_app(models: Models, api_keys: list[str], webui: bool, timeout: 
     app.state.api_key = bool(api_keys)
     app.state.static = (webui, static_path)
     from .ollama_http import OllamaGuard
+    from .ollama_router import ROUTES as OLLAMA
 
     # Ollama's CORS origins, Host check and error shape on /api/*; the key guards every route
     return OllamaGuard(RouterGate(app, SimpleNamespace(api_keys=api_keys, ready=True)),
-                       api_keys, models.cfg.host, public=set())
+                       api_keys, models.cfg.host, public=set(), routes=OLLAMA)
 
 
 def main(args: argparse.Namespace, argv: list[str]) -> int:

@@ -283,3 +283,13 @@ def test_serve_ollama_listens_on_ollama_host(model_paths, tmp_path):
         assert httpx.get(server.url + "/api/version").json()["version"].count(".") == 2
     finally:
         stop_server(server)
+
+
+def test_unknown_api_paths_and_methods_have_ollamas_shape(server):
+    r = httpx.get(server.url + "/api/nothing", headers=AUTH)
+    assert r.status_code == 404 and r.json() == {"error": "404 page not found"}
+    r = httpx.get(server.url + "/api/chat", headers=AUTH)
+    assert r.status_code == 405 and r.json() == {"error": "405 method not allowed"}
+    assert r.headers["allow"] == "POST"
+    r = httpx.get(server.url + "/nothing", headers=AUTH)  # llama.cpp's own 404 elsewhere
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"

@@ -105,3 +105,8 @@ def test_show_and_version_through_the_router(client, router):
     r = client.show(GEMMA)
     assert r.modelinfo["general.architecture"] == "gemma3" and "completion" in r.capabilities
     assert httpx.get(router.url + "/api/version").json()["version"].count(".") == 2
+
+
+def test_unknown_api_paths_are_ollamas_404(router):
+    r = httpx.get(router.url + "/api/nothing")
+    assert r.status_code == 404 and r.json() == {"error": "404 page not found"}
