@@ -61,15 +61,30 @@ async def handle_embeddings(request: Request, oai: bool) -> Response:
     embd_normalize = data.get("embd_normalize", state.cfg.embd_normalize)
     if not isinstance(embd_normalize, int) or isinstance(embd_normalize, bool):
         raise RequestError("'embd_normalize' must be an integer")
+    dims = dimensions(data, state.embeddings.embedder.n_embd, pooling)
     seqs = await asyncio.to_thread(tokenize_inputs, state, prompt)
     vectors = await embed(state, seqs)
     if pooling != POOLING["none"]:
-        vectors = [normalize(v, embd_normalize) for v in vectors]
+        vectors = [normalize(v[:dims], embd_normalize) for v in vectors]
     if not oai:
         rows = [v.reshape(-1, v.shape[-1]).tolist() for v in vectors]
         return JSONResponse([{"index": i, "embedding": r} for i, r in enumerate(rows)],
                             headers=cors())
     return JSONResponse(oai_body(data, state.alias, vectors, seqs, use_base64), headers=cors())
+
+
+def dimensions(data: dict, n_embd: int, pooling: int) -> int | None:
+    """OpenAI's `dimensions`: the first N values of each vector, normalised after the cut (as
+    OpenAI shortens its embeddings); llama.cpp has no such field."""
+    dims = data.get("dimensions")
+    if dims is None:
+        return None
+    if not isinstance(dims, int) or isinstance(dims, bool) or not 1 <= dims <= n_embd:
+        raise RequestError(f"'dimensions' must be an integer from 1 to {n_embd}")
+    if pooling == POOLING["none"]:
+        raise RequestError("'dimensions' needs pooled embeddings (not --pooling none)",
+                           "not_supported_error")
+    return dims
 
 
 def encoding_format(data: dict) -> bool:

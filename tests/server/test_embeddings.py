@@ -87,6 +87,16 @@ def test_base64_is_little_endian_float32(bert_server):
     assert decoded.tolist() == np.float32(floats["embedding"]).tolist()
 
 
+def test_dimensions_cut_then_normalise(bert_server):
+    """OpenAI's `dimensions`: the first N values of the pooled vector, normalised again."""
+    texts, _, means = reference()
+    d = post(bert_server, "/v1/embeddings", {"input": texts[0], "dimensions": 8}).json()
+    assert np.abs(np.array(d["data"][0]["embedding"]) - unit(means[0][:8])).max() < TOL
+    for bad in (0, 33, "8", True):
+        assert post(bert_server, "/v1/embeddings", {"input": "a", "dimensions": bad}
+                    ).status_code == 400
+
+
 def test_native_embedding_route(bert_server):
     """/embedding and /embeddings: [{"index", "embedding": [[...]]}], also for `content`."""
     texts, _, means = reference()
