@@ -174,7 +174,7 @@ async def request_completion(request: Request, route: str) -> tuple[dict, Comple
 
 async def completion_for(state: ServerState, data: dict, route: str) -> Completion:
     """A parsed body's validated Completion (also what the Ollama routes build theirs with)."""
-    if state.embeddings is not None or getattr(state.model, "encoder", False):
+    if state.embeddings is not None or getattr(getattr(state, "model", None), "encoder", False):
         # llama.cpp's refusal on an embedding (memory-less) context
         raise EngineError("the current context does not support logits computation. skipping",
                           "server_error")
