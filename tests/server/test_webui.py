@@ -155,7 +155,12 @@ def test_streamed_reply_renders_markdown_and_code(smol, open_page):
     page = open_page(smol, with_key(custom=json.dumps({"grammar": grammar(MARKDOWN)})))
     assert "SmolLM2" in page.locator("#status").inner_text()
     assert page.evaluate("document.documentElement.lang") == "en"
-    send(page, "Show me some markdown.")
+    page.get_by_label("Message", exact=True).fill("Show me some markdown.")
+    page.get_by_label("Message", exact=True).press("Enter")
+    # rendered while it streams, not only at the end
+    page.wait_for_function("() => document.body.dataset.busy === 'true' && "
+                           "document.querySelector('.msg.assistant .content h1')", timeout=60_000)
+    wait_replies(page, 1)
     body = page.bodies[-1]
     assert body["stream"] is True and body["grammar"] == grammar(MARKDOWN)
     answer = last_answer(page)
@@ -316,7 +321,11 @@ def test_a_401_asks_for_the_key(smol, open_page):
     assert page.locator("#status").inner_text() == (
         f"{Path(props['model_path']).name} · context {props['default_generation_settings']['n_ctx']}")
     # a key that stops working mid-chat: the reply says so and the dialog opens again
-    set_settings(page, **{"API key": "wrong", "Max tokens": "4"})
+    page.get_by_role("button", name="Settings", exact=True).click()
+    page.get_by_label("API key").fill("wrong")
+    page.get_by_label("Max tokens").fill("4")
+    page.get_by_role("button", name="Save").click()
+    page.wait_for_selector("#status:text-is('API key required')")  # /props said 401 again
     page.wait_for_selector("#settings[open]")
     page.get_by_role("button", name="Cancel").click()
     send(page, "Hi")
@@ -331,11 +340,67 @@ def test_text_files_are_inlined_and_images_refused_without_vision(smol, open_pag
     page.get_by_label("Attach").set_input_files([
         {"name": "notes.txt", "mimeType": "text/plain", "buffer": b"the secret is 42"},
         {"name": "red.png", "mimeType": "image/png", "buffer": png()}])
+    page.wait_for_selector("#attachments .pending")
+    page.wait_for_selector("#notice:not([hidden])")
     assert "does not take images" in page.locator("#notice").inner_text()
     assert page.locator("#attachments .pending").count() == 1
     send(page, "What is the secret?")
     assert page.bodies[-1]["messages"][-1]["content"] == \
         "What is the secret?\n\n--- notes.txt ---\nthe secret is 42"
+
+
+def test_loading_and_unreachable_servers_say_so(smol, open_page):
+    """The server's 503 while loading (app.LOADING, llama.cpp's body) and a dropped connection,
+    played by the browser's network layer in front of the real server."""
+    from llamacpy.server.app import LOADING
+
+    page = open_page(smol, with_key(max_tokens="4"))
+    calls = []
+
+    def loading(route):
+        calls.append(route.request.url)
+        if len(calls) <= 2:
+            return route.fulfill(status=503, json=LOADING)
+        route.continue_()
+
+    page.route("**/props", loading)
+    page.reload()
+    page.wait_for_selector("#status:text-is('Loading model…')")
+    page.wait_for_selector("#status[data-kind=ok]", timeout=20_000)  # it retried
+    assert len(calls) == 3
+    page.route("**/v1/chat/completions", lambda route: route.fulfill(status=503, json=LOADING))
+    send(page, "Hi")
+    assert "loading the model" in page.locator(".msg.assistant .error").inner_text()
+    page.unroute("**/v1/chat/completions")
+    page.route("**/v1/chat/completions", lambda route: route.abort("connectionrefused"))
+    page.get_by_label("Regenerate").click()
+    wait_replies(page, 2)
+    assert "unreachable" in page.locator(".msg.assistant .error").inner_text()
+    assert "unreachable" in page.locator("#status").inner_text()
+
+
+def test_keyboard_and_accessible_names(smol, open_page):
+    page = open_page(smol, with_key(max_tokens="4"))
+    box = page.get_by_label("Message", exact=True)
+    box.fill("one")
+    box.press("Shift+Enter")
+    box.type("two")
+    assert box.input_value() == "one\ntwo" and not page.bodies  # Shift+Enter is a new line
+    box.press("Enter")
+    wait_replies(page, 1)
+    assert page.bodies[-1]["messages"][-1]["content"] == "one\ntwo"
+    for name in ("Message", "Attach"):
+        assert page.get_by_label(name, exact=True).count() == 1, name
+    for name in ("Send", "New chat", "Settings"):
+        assert page.get_by_role("button", name=name, exact=True).count() == 1, name
+    page.get_by_role("button", name="Settings", exact=True).click()
+    for name in ("System prompt", "Temperature", "Max tokens", "API key"):
+        assert page.get_by_label(name, exact=True).count() == 1, name
+    # every control has a name: an aria-label, a <label> or its own text
+    unnamed = page.evaluate("""() => [...document.querySelectorAll(
+        'button, input, select, textarea')].filter((e) => !(e.getAttribute('aria-label') ||
+        e.labels?.length || e.textContent.trim())).map((e) => e.outerHTML)""")
+    assert unnamed == []
 
 
 # -- phone width --------------------------------------------------------------------------------
