@@ -44,10 +44,20 @@ class SourceTensor:
         raw = np.memmap(self.path, dtype=DTYPES[self.dtype], mode="r", offset=self.offset,
                         shape=(count,)).reshape(self.shape)
         if self.dtype == "BF16":
-            return (raw.astype(np.uint32) << 16).view(np.float32)
+            return bf16_to_f32(raw)
         if self.dtype in ("F32", "F16"):
             return raw
         return raw.astype(np.float32)
+
+
+def bf16_to_f32(raw: np.ndarray, chunk: int = 1 << 22) -> np.ndarray:
+    """BF16 bits to float32, a chunk at a time, so no uint32 temporaries of the whole tensor."""
+    out = np.empty(raw.shape, np.float32)
+    flat_in, flat_out = raw.reshape(-1), out.reshape(-1).view(np.uint32)
+    for i in range(0, flat_in.size, chunk):
+        flat_out[i:i + chunk] = flat_in[i:i + chunk]
+        flat_out[i:i + chunk] <<= 16
+    return out
 
 
 def is_lfs_pointer(path: Path) -> bool:
