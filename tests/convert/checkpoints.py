@@ -69,16 +69,37 @@ def write_tokenizer(gguf_path: Path, kind: str, out: Path) -> int:
     return len(tokens)
 
 
+def write_spm_tokenizer(out: Path, n_vocab: int = 300) -> int:
+    """A tokenizer.model trained with sentencepiece (BPE, byte fallback) on a small corpus, and a
+    tokenizer_config.json with a user-defined added token; returns the vocab size."""
+    import sentencepiece as spm
+
+    from tests.reference.tiny_hf.make_tiny_models import CORPUS
+
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS * 5), model_prefix=str(
+        out / "tokenizer"), vocab_size=n_vocab, model_type="bpe", byte_fallback=True,
+        character_coverage=1.0, user_defined_symbols=["<tool>"], minloglevel=2)
+    (out / "tokenizer.vocab").unlink()
+    config = {"add_bos_token": True, "add_eos_token": False, "bos_token": "<s>",
+              "eos_token": "</s>", "chat_template": CHAT_TEMPLATE, "added_tokens_decoder": {
+                  "1": {"content": "<s>", "special": True}, "2": {"content": "</s>",
+                                                                  "special": True}}}
+    (out / "tokenizer_config.json").write_text(json.dumps(config))
+    return n_vocab
+
+
 def make_checkpoint(spec: str, vocab_gguf: Path, kind: str, out: Path,
                     dtype: torch.dtype = torch.float32, seed: int = 7, shard: str | None = None,
                     **overrides) -> Path:
     """A tiny random model of SPECS[spec] with the GGUF's tokenizer, saved by transformers."""
     out.mkdir(parents=True, exist_ok=True)
-    n_vocab = write_tokenizer(vocab_gguf, kind, out)
+    n_vocab = (write_spm_tokenizer(out) if kind == "spm"
+               else write_tokenizer(vocab_gguf, kind, out))
     config_cls, model_cls, kwargs = SPECS[spec]
     kwargs = {**kwargs, "hidden_size": 32, "intermediate_size": 64, **overrides}
     config = config_cls(vocab_size=n_vocab, max_position_embeddings=256, rms_norm_eps=1e-6,
-                        bos_token_id=None, eos_token_id=0, **kwargs)
+                        bos_token_id=1 if kind == "spm" else None,
+                        eos_token_id=2 if kind == "spm" else 0, **kwargs)
     config.architectures = [model_cls.__name__]
     torch.manual_seed(seed)
     model = model_cls(config).float().eval()

@@ -17,6 +17,8 @@ CASES = {
     "gemma3": ("gemma3", "qwen2.5-coder-0.5b", "qwen2", "gemma-3-tiny-it", "float32"),
     "qwen2-bf16": ("qwen2", "qwen2.5-coder-0.5b", "qwen2", "Tiny-Qwen2-BF16", "bfloat16"),
     "llama-f16": ("llama", "smollm2-135m", "smollm", "Tiny-Llama-F16", "float16"),
+    "llama-spm": ("llama", "smollm2-135m", "spm", "Tiny-Llama-SPM-v2", "float32"),
+    "gemma3-spm": ("gemma3", "smollm2-135m", "spm", "gemma-3-spm-tiny", "float32"),
     "qwen3-sharded": ("qwen3", "qwen2.5-coder-0.5b", "qwen2", "Qwen3-Sharded", "float32"),
 }
 SHARDS = {"qwen3-sharded": "2MB"}

@@ -11,7 +11,7 @@ import pytest
 
 from llamacpy.convert import Options, convert
 
-TEXT = ["llama", "llama-rope-llama3", "qwen2", "qwen3", "gemma3"]
+TEXT = ["llama", "llama-rope-llama3", "qwen2", "qwen3", "gemma3", "llama-spm", "gemma3-spm"]
 
 
 def assert_same_gguf(ours: Path, ref: Path) -> None:
