@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.server.conftest import start_server, stop_server  # noqa: E402
-from tests.server.test_webui import (BROWSER_ARGS, CHROMIUM, QWEN, QWEN_MMPROJ,  # noqa: E402
+from tests.server.conftest import start_server, stop_server
+from tests.server.test_webui import (BROWSER_ARGS, CHROMIUM, QWEN, QWEN_MMPROJ,
                                      SETTINGS, THINK_TEMPLATE, grammar, png)
 
 SMOL = Path.home() / ".cache/llama.cpp/SmolLM2-135M-Instruct.Q4_1.gguf"
