@@ -7,11 +7,13 @@ once idle that long; negative: never)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from collections.abc import AsyncIterator
 
 import httpx
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..format import open_gguf
 from . import ollama
@@ -37,13 +39,50 @@ def find(request: Request, name) -> Instance:
 
 
 async def forward(request: Request, inst: Instance, raw: bytes | None) -> Response:
-    """Load the model if need be (the router's rules) and proxy the request to its child."""
+    """Load the model if need be (the router's rules) and proxy the request to its child; the
+    time a load took goes into the answer's load_duration (the child never saw it)."""
     touch = raw is not None and request.url.path != "/api/show"
+    t0, was_loaded = time.perf_counter_ns(), is_loaded(inst)
     try:
         inst = await routed(request, inst.name, touch)
     except RouterError as e:
         raise OllamaError(str(e), e.status or engine_status(e.kind)) from None
-    return await proxy(request, inst, raw, touch)
+    load_ns = 0 if was_loaded else time.perf_counter_ns() - t0
+    response = await proxy(request, inst, raw, touch)
+    if load_ns and isinstance(response, StreamingResponse):
+        response.body_iterator = with_load_time(response.body_iterator, load_ns)
+    return response
+
+
+def is_loaded(inst: Instance) -> bool:
+    """Loaded and staying so (a model being stopped still shows "loaded" until it exits)."""
+    return inst.status == "loaded" and not inst.stop_as
+
+
+async def with_load_time(body: AsyncIterator[bytes], load_ns: int) -> AsyncIterator[bytes]:
+    """The child's answer, line by line, with the load added to its final object's
+    load_duration and total_duration."""
+    buffer = b""
+    async for chunk in body:
+        *lines, buffer = (buffer + chunk).split(b"\n")
+        for line in lines:
+            yield add_load(line, load_ns) + b"\n"
+    if buffer:
+        yield add_load(buffer, load_ns)
+
+
+def add_load(line: bytes, load_ns: int) -> bytes:
+    if b'"done"' not in line:
+        return line
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return line
+    if not isinstance(obj, dict) or obj.get("done") is not True or "load_duration" not in obj:
+        return line
+    obj["load_duration"] += load_ns
+    obj["total_duration"] = obj.get("total_duration", 0) + load_ns
+    return json.dumps(obj, ensure_ascii=False).encode()
 
 
 async def inference(request: Request) -> Response:
@@ -127,7 +166,7 @@ async def ps(request: Request) -> Response:
             entry = r.json()["models"][0]
         except (httpx.HTTPError, ValueError, LookupError):
             continue  # stopping or not ready: not a loaded model
-        if inst.status != "loaded":
+        if not is_loaded(inst):
             continue
         entry.update(name=inst.name, model=inst.name, expires_at=expires_at(request, inst))
         out.append(entry)

@@ -76,6 +76,21 @@ def test_empty_requests_load_and_keep_alive_zero_unloads(client):
     assert r.done_reason == "unload" and loaded(client) == []
 
 
+def test_load_duration_counts_the_routers_load(client):
+    client.generate(model=GEMMA, keep_alive=0)  # not loaded
+    first = client.chat(model=GEMMA, messages=HELLO, options=GREEDY)
+    again = client.chat(model=GEMMA, messages=HELLO, options=GREEDY)
+    assert first.load_duration > 10**8 and first.total_duration > first.load_duration  # > 0.1 s
+    assert again.load_duration == 0 and again.total_duration < first.total_duration
+    streamed = list(client.generate(model=GEMMA, prompt="Hi", options=GREEDY, stream=True,
+                                    keep_alive=0))
+    deadline = time.monotonic() + 10  # keep_alive 0: unloaded once the answer is out
+    while GEMMA in loaded(client) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    cold = list(client.generate(model=GEMMA, prompt="Hi", options=GREEDY, stream=True))
+    assert streamed[-1].load_duration == 0 and cold[-1].load_duration > 10**8
+
+
 def test_keep_alive_duration_unloads_once_idle(client):
     client.chat(model=SMOL, messages=HELLO, options=GREEDY, keep_alive="2s")
     (m,) = [m for m in client.ps().models if m.name == SMOL]
