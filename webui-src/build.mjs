@@ -1,7 +1,8 @@
 // Builds the page into one self-contained file, ../llamacpy/server/webui/index.html: the bundled
 // script, the styles (highlight.js themes, KaTeX with its woff2 fonts inlined) and the markup.
 import { build } from "esbuild";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
@@ -29,7 +30,13 @@ const css = [
   read(join(here, "src", "style.css")),
 ].join("\n").replace(/<\/(style)/gi, "<\\/$1");
 
+// what the page was built from, so a test can tell a stale build (tests/server/test_webui_serving.py)
+const sources = ["build.mjs", "package-lock.json", ...readdirSync(join(here, "src")).map((f) => `src/${f}`)];
+const hash = createHash("sha256");
+for (const name of sources.sort()) hash.update(name + "\0").update(readFileSync(join(here, name))).update("\0");
+
 const html = read(join(here, "src", "index.html"))
+  .replace("<!doctype html>", () => `<!doctype html>\n<!-- built from webui-src, sha256 ${hash.digest("hex")} -->`)
   .replace("/*STYLE*/", () => css).replace("/*SCRIPT*/", () => js);
 mkdirSync(dirname(out), { recursive: true });
 writeFileSync(out, html);

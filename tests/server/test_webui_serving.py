@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import re
 
 import httpx
@@ -108,3 +109,17 @@ def test_no_webui_and_a_missing_path_on_real_servers(model_paths, tmp_path):
                        str(tmp_path / "bad.log"), wait=False)
     assert bad.proc.wait(timeout=60) == 1
     assert "static assets path not found" in bad.log()
+
+
+def test_the_built_page_matches_its_source():
+    """The committed build names the sha256 of what it was built from (webui-src/build.mjs):
+    a change under webui-src/ without `npm run build` fails here."""
+    src = static.WEBUI.parents[3] / "webui-src"
+    names = ["build.mjs", "package-lock.json", *(f"src/{p.name}" for p in (src / "src").iterdir())]
+    digest = hashlib.sha256()
+    for name in sorted(names):
+        digest.update(name.encode() + b"\0" + (src / name).read_bytes() + b"\0")
+    built = re.search(r"<!-- built from webui-src, sha256 (\w+) -->",
+                      static.WEBUI.read_text(encoding="utf-8"))
+    assert built and built.group(1) == digest.hexdigest(), \
+        "llamacpy/server/webui/index.html is stale: cd webui-src && npm ci && npm run build"
