@@ -134,7 +134,8 @@ def test_empty_prompt_loads_and_keep_alive_zero_is_refused(server):
 
 
 def test_api_key(server):
-    assert httpx.get(server.url + "/api/tags").status_code == 200  # public, as in llama.cpp
+    tags = httpx.get(server.url + "/api/tags")  # public, as in llama.cpp
+    assert tags.json()["models"][0]["name"] == "SmolLM2-135M-Instruct.Q4_1.gguf"  # no --alias
     r = httpx.post(server.url + "/api/chat", json={"model": "m", "messages": []})
     assert r.status_code == 401 and r.json() == {"error": "Invalid API Key"}
     assert httpx.get(server.url + "/api/ps").status_code == 401
