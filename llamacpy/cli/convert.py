@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from ..convert import ConvertError, Options, convert, convert_and_quantize, plan
-from ..convert.pipeline import FTYPES, text_progress
+from ..convert.pipeline import FTYPES, shard_paths, split_tensors, text_progress
 from .common import fail
 
 TOOL = "convert-hf-to-gguf"
@@ -69,11 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.mmproj:
         return fail(TOOL, "--mmproj is not supported by llamacpy's converter yet", 2)
-    if args.split_max_size:
-        return fail(TOOL, "--split-max-size is not supported by llamacpy's converter yet", 2)
     opts = Options(outfile=args.outfile, outtype=args.outtype.lower() if args.outtype.lower()
                    in (*FTYPES, "auto") else args.outtype, vocab_only=args.vocab_only,
-                   dry_run=args.dry_run, model_name=args.model_name, progress=text_progress)
+                   dry_run=args.dry_run, model_name=args.model_name,
+                   split_max_size=args.split_max_size, progress=text_progress)
     try:
         return run(args, opts)
     except ConvertError as e:
@@ -93,19 +92,20 @@ def run(args: argparse.Namespace, opts: Options) -> int:
         print(f"{TOOL}: wrote {convert_and_quantize(args.model, opts, opts.outtype, args.keep_intermediate)}")
         return 0
     if args.dry_run or args.verbose:
-        show_plan(plan(args.model, opts))
+        show_plan(plan(args.model, opts), opts.split_max_size)
     if not args.dry_run:
         print(f"{TOOL}: wrote {convert(args.model, opts)}")
     return 0
 
 
-def show_plan(conversion) -> None:
+def show_plan(conversion, max_size: int) -> None:
     for t in conversion.tensors:
         shape = ", ".join(str(n) for n in reversed(t.shape))
         print(f"{t.name:<40} {t.ggml_type.name:<5} {{{shape}}}")
-    total = sum(t.nbytes for t in conversion.tensors)
-    print(f"{TOOL}: {conversion.outfile}: {len(conversion.tensors)} tensors, "
-          f"{total / 2**20:.1f} MiB of tensor data, {len(conversion.kv.items)} metadata keys")
+    shards = split_tensors(conversion.tensors, max_size)
+    for path, shard in zip(shard_paths(conversion.outfile, len(shards)), shards):
+        total = sum(t.nbytes for t in shard)
+        print(f"{TOOL}: {path}: {len(shard)} tensors, {total / 2**20:.1f} MiB of tensor data")
 
 
 if __name__ == "__main__":

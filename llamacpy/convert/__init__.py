@@ -29,12 +29,12 @@ def plan(model_dir: str | Path, opts: Options) -> Conversion:
 
 
 def convert(model_dir: str | Path, opts: Options | None = None) -> Path:
-    """Convert a model folder; returns the written file's path."""
+    """Convert a model folder; returns the written file's path (the first shard's when split)."""
     opts = opts or Options()
     conversion = plan(model_dir, opts)
-    if not opts.dry_run:
-        write(conversion, opts)
-    return conversion.outfile
+    if opts.dry_run:
+        return conversion.outfile
+    return write(conversion, opts)[0]
 
 
 def convert_and_quantize(model_dir: str | Path, opts: Options, quant_type: str,

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..format import TensorToWrite, write_gguf
-from ..format.constants import GGML_QUANT_VERSION, GGMLType, row_nbytes
+from ..format.constants import GGML_QUANT_VERSION, GGMLType, ValueType, row_nbytes
 from ..quants.base import quantize
 from ..quants.floats import fp32_to_bf16_bits
 from .base import F32_TENSORS, FILE_TYPES, FTYPES, UNUSED_SUFFIXES, Converter, tensor_block
@@ -196,8 +196,38 @@ def prepare(conv: Converter, opts: Options) -> Conversion:
     return Conversion(conv, ftype, tensors, kv, out)
 
 
-def write(c: Conversion, opts: Options) -> int:
-    """Write the planned GGUF; returns its size."""
+def split_tensors(tensors: list[Planned], max_size: int) -> list[list[Planned]]:
+    """Shards of at most max_size tensor bytes, a new one when the next tensor would pass it
+    (GGUFWriter.add_tensor_info); one shard when max_size is 0."""
+    shards: list[list[Planned]] = [[]]
+    for p in tensors:
+        if max_size and shards[-1] and sum(t.nbytes for t in shards[-1]) + p.nbytes > max_size:
+            shards.append([])
+        shards[-1].append(p)
+    return shards
+
+
+def shard_paths(path: Path, n: int) -> list[Path]:
+    """<stem>-00001-of-00003.gguf ... (gguf-py SHARD_NAME_FORMAT), or the path itself."""
+    if n == 1:
+        return [path]
+    return [path.with_name(f"{path.stem}-{i + 1:05d}-of-{n:05d}.gguf") for i in range(n)]
+
+
+def shard_metadata(kv: KV, i: int, shards: list[list[Planned]]) -> KV:
+    """The first shard has every key, the others only the split keys, which come last."""
+    out = KV()
+    if i == 0:
+        out.items.update(kv.items)
+    if len(shards) > 1:
+        out.put("split.no", i, ValueType.UINT16)
+        out.put("split.count", len(shards), ValueType.UINT16)
+        out.put("split.tensors.count", sum(len(s) for s in shards), ValueType.INT32)
+    return out
+
+
+def write(c: Conversion, opts: Options) -> list[Path]:
+    """Write the planned GGUF (or its shards under --split-max-size); returns the paths."""
     header_guess = 1 << 20
     check_disk_space(c.outfile, sum(p.nbytes for p in c.tensors) + header_guess)
     total, done = sum(p.nbytes for p in c.tensors), [0]
@@ -207,9 +237,14 @@ def write(c: Conversion, opts: Options) -> int:
         if opts.progress:
             opts.progress(done[0], total)
 
-    to_write = [TensorToWrite(p.name, p.ggml_type, tuple(reversed(p.shape)),
-                              lambda p=p: tensor_data(c.converter, p)) for p in c.tensors]
-    return write_gguf(c.outfile, c.kv.values(), to_write, c.kv.types(), on_tensor)
+    shards = split_tensors(c.tensors, opts.split_max_size)
+    paths = shard_paths(c.outfile, len(shards))
+    for i, (path, shard) in enumerate(zip(paths, shards)):
+        to_write = [TensorToWrite(p.name, p.ggml_type, tuple(reversed(p.shape)),
+                                  lambda p=p: tensor_data(c.converter, p)) for p in shard]
+        kv = shard_metadata(c.kv, i, shards)
+        write_gguf(path, kv.values(), to_write, kv.types(), on_tensor)
+    return paths
 
 
 _last_drawn = [-1]

@@ -104,7 +104,7 @@ def test_not_enough_disk_space(tmp_path, monkeypatch):
     assert not (tmp_path / "x.gguf").exists()
 
 
-@pytest.mark.parametrize("flag", [["--mmproj"], ["--split-max-size", "1G"], ["--bigendian"],
+@pytest.mark.parametrize("flag", [["--mmproj"], ["--bigendian"],
                                   ["--no-mtp"]])
 def test_unsupported_flags_are_refused(tmp_path, flag):
     data = safetensors_bytes({"model.embed_tokens.weight": np.ones((4, 8), np.float32)})
