@@ -52,7 +52,8 @@ from ..memory.batch import Batch
 # longer than every few-token limit: every type takes its prompt path (VNNI or dequantize + BLAS)
 PROMPT_TOKENS = max(SMALL_BATCH, SMALL_BATCH_Q6_K_BYTES, BLAS_MIN_TOKENS,
                     *SMALL_BATCH_BY_TYPE.values(), *SMALL_BATCH_VNNI.values()) + 8
-FEW_TOKENS = 4  # within every type's few-token limit (the kernels take any count 2..limit)
+# within every type's few-token limit, below every zmm start: each type's ymm multi_* kernel
+FEW_TOKENS = 2
 # where the CPU has AVX-512BW, also a batch from which every type takes its zmm multi_* kernel
 ZMM_TOKENS = max(start for _, start in ZMM_KERNELS.values()) if ZMM_KERNELS else 0
 BATCHED_SEQS = 4  # rows of the batched multi-sequence step (at most the context's sequences)

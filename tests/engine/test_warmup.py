@@ -47,7 +47,8 @@ def test_requests_after_the_warm_up_compile_nothing(tiny, n_seq, repack):
     for seq, n in enumerate([PROMPT_TOKENS + 11, 5][:n_seq]):
         ctx.decode(Batch.from_tokens(list(range(3, 3 + n)), seq=seq))
     ctx.decode(Batch.from_tokens([7], pos0=int(ctx.cache.n_past[0])))
-    ctx.decode(Batch.from_tokens([8] * 9, pos0=int(ctx.cache.n_past[0])))  # a 9-token draft check
+    for n in (2, 3, 9):  # draft checks: every type's ymm and zmm few-token kernels
+        ctx.decode(Batch.from_tokens([8] * n, pos0=int(ctx.cache.n_past[0])))
     if n_seq > 1:
         pos = ctx.cache.n_past[:n_seq].astype(np.int32)
         ctx.decode(Batch(np.full(n_seq, 9, np.int32), pos, np.arange(n_seq, dtype=np.int32),

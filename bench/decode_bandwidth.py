@@ -1,0 +1,98 @@
+"""Decode against the machine's memory bandwidth, in one run: a STREAM-like read (a numba
+parallel sum over a 1 GiB array, best of 5) at each thread count, then tg on MODEL at the same
+thread counts, as bytes of weights read per token / time per token.
+
+    python bench/decode_bandwidth.py MODEL [-t 1,2] [-n 64]
+
+Bytes per token: every 2-D weight a decode step multiplies by, which is every tensor but the
+token embedding unless the model ties its output projection to it (then the embedding is read
+once per token as the output matrix). Prints GB/s and the share of the read bandwidth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+@njit(parallel=True, fastmath=True, cache=True)
+def _read_sum(a, chunks):
+    """Sum of a float32 array in `chunks` parallel pieces (vectorised): every byte read once,
+    nothing written."""
+    part = np.zeros(chunks, np.float32)
+    n = a.size
+    for c in prange(chunks):
+        s = np.float32(0)
+        for i in range(c * n // chunks, (c + 1) * n // chunks):
+            s += a[i]
+        part[c] = s
+    return part.sum()
+
+
+def read_bandwidth(threads: int, nbytes: int = 1 << 30) -> float:
+    """GB/s of the best of 5 reads of a buffer of `nbytes`."""
+    numba.set_num_threads(threads)
+    a = np.ones(nbytes // 4, np.float32)
+    _read_sum(a, 8 * threads)
+    best = min(_timed(lambda: _read_sum(a, 8 * threads)) for _ in range(5))
+    return nbytes / best / 1e9
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def weight_bytes(path: str) -> int:
+    from llamacpy.format import open_gguf
+
+    g = open_gguf(path)
+    names = g.tensors
+    total = sum(t.nbytes for n, t in names.items() if len(t.ne) == 2 and n != "token_embd.weight")
+    if "output.weight" not in names:  # tied: the embedding is the output matrix
+        total += names["token_embd.weight"].nbytes
+    return total
+
+
+def tokens_per_second(path: str, threads: int, n: int) -> float:
+    from llamacpy import Llama
+
+    llm = Llama(path, n_ctx=512, n_threads=threads, verbose=False)
+    llm.eval([1, 2, 3, 4])
+    t0 = time.perf_counter()
+    for k in range(n):
+        llm.eval([100 + k])
+    return n / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model")
+    ap.add_argument("-t", "--threads", default="1,2")
+    ap.add_argument("-n", "--n-gen", type=int, default=64)
+    args = ap.parse_args()
+    from llamacpy.hub import resolve_model
+
+    path = str(resolve_model(args.model))
+    per_token = weight_bytes(path)
+    print(f"{args.model}: {per_token / 1e6:.0f} MB of weights per token")
+    for t in (int(x) for x in args.threads.split(",")):
+        bw = read_bandwidth(t)
+        tps = tokens_per_second(path, t, args.n_gen)
+        got = per_token * tps / 1e9
+        print(f"{t} thread(s): read {bw:.1f} GB/s; decode {tps:.2f} tokens/s = {got:.1f} GB/s "
+              f"of weights, {100 * got / bw:.0f}% of the read bandwidth", flush=True)
+
+
+if __name__ == "__main__":
+    main()
