@@ -162,7 +162,10 @@ async function refreshList() {
 function renameConversation(conv, li) {
   const input = el("input", { value: conv.name });
   input.setAttribute("aria-label", "Conversation name");
+  let finished = false;
   const done = async (save) => {
+    if (finished) return;  // Enter, then the blur of the removed input
+    finished = true;
     if (save && input.value.trim()) {
       conv.name = input.value.trim();
       if (app.conv?.id === conv.id) app.conv.name = conv.name;
@@ -182,6 +185,7 @@ function renameConversation(conv, li) {
 
 async function removeConversation(conv) {
   if (!confirm(`Delete the conversation "${conv.name}"?`)) return;
+  if (app.conv?.id === conv.id) stop();
   await store.deleteConversation(conv.id);
   if (app.conv?.id === conv.id) app.conv = null;
   await refreshList();
@@ -423,12 +427,12 @@ async function generate() {
     renderMessages();
     return;
   }
-  const node = tree.addChild(app.conv, app.conv.current, { role: "assistant", content: "",
-                                                           reasoning: "" });
+  const conv = app.conv;  // the user may switch chats before the reply ends
+  const node = tree.addChild(conv, conv.current, { role: "assistant", content: "", reasoning: "" });
   app.controller = new AbortController();
   app.streamingId = node.id;
   notice("");
-  await save();
+  await store.saveConversation(conv);
   renderMessages();
   refreshList();
   try {
@@ -442,7 +446,7 @@ async function generate() {
   } finally {
     app.controller = null;
     app.streamingId = null;
-    await save();
+    await store.saveConversation(conv);
     renderMessages();
     document.body.dataset.replies = +(document.body.dataset.replies || 0) + 1;
     $("input").focus();
