@@ -64,10 +64,13 @@ def accepts_gzip(header: str) -> bool:
 def in_folder(folder: str, url_path: str) -> Path | None:
     """The file of --path DIR that a URL path names, never outside DIR."""
     root = Path(folder).resolve()
-    target = (root / url_path.lstrip("/")).resolve()
-    if target.is_dir():
-        target = target / "index.html"
-    return target if target.is_relative_to(root) and target.is_file() else None
+    try:
+        target = (root / url_path.lstrip("/")).resolve()
+        if target.is_dir():
+            target = target / "index.html"
+        return target if target.is_relative_to(root) and target.is_file() else None
+    except (OSError, ValueError):  # a NUL byte, a name too long: no such file
+        return None
 
 
 def index(request: Request, enabled: bool, folder: str) -> Response | None:

@@ -76,7 +76,7 @@ def test_path_serves_a_folder_and_nothing_outside_it(tmp_path):
     assert js.text == "console.log(1)" and "javascript" in js.headers["content-type"]
     assert client.get("/css/").text == "css folder"
     for path in ("/../secret.txt", "/%2e%2e/secret.txt", "/css/../../secret.txt",
-                 "/missing.css"):
+                 "/missing.css", "/%00", "/" + "a" * 5000):
         r = client.get(path)
         assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error", path
     assert client.post("/app.js").status_code == 404  # only GET and HEAD read files
