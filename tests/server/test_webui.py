@@ -36,8 +36,8 @@ THINK_TEMPLATE = (
     "<|im_end|>\n{% endfor -%}<|im_start|>assistant\n"
     "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
     "{% else %}<think>\n{% endif %}")
-MARKDOWN = ('# Colours\n\nSome **bold** words, `inline`, and $x^2$.\n\n<b>raw</b> <img src=x '
-            'onerror="window.pwned=1">\n\n```python\nprint("hi")\n```\n')
+MARKDOWN = ('# Colours\n\n**bold** `inline` $x^2$ <b>raw</b><img src=x onerror="window.pwned=1">'
+            '\n\n```python\nprint("hi")\n```\n')
 
 
 def grammar(text: str) -> str:
@@ -406,7 +406,7 @@ def test_keyboard_and_accessible_names(smol, open_page):
 # -- phone width --------------------------------------------------------------------------------
 
 def test_phone_width_has_no_horizontal_scroll(smol, open_page):
-    long_reply = "```\n" + "x = 1; " * 16 + "\n```\n\n" + "y" * 64 + "\n"
+    long_reply = "```\n" + "x = 1; " * 9 + "\n```\n\n" + "y" * 48 + "\n"  # > 375 px each
     page = open_page(smol, with_key(custom=json.dumps({"grammar": grammar(long_reply)})),
                      viewport={"width": 375, "height": 740}, is_mobile=True, has_touch=True)
     send(page, "Long lines please.")
