@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     opts = Options(outfile=args.outfile, outtype=args.outtype.lower() if args.outtype.lower()
                    in (*FTYPES, "auto") else args.outtype, vocab_only=args.vocab_only,
                    dry_run=args.dry_run, model_name=args.model_name,
-                   split_max_size=args.split_max_size, progress=text_progress)
+                   split_max_size=args.split_max_size, no_mtp=args.no_mtp,
+                   progress=text_progress)
     try:
         return run(args, opts)
     except ConvertError as e:
@@ -82,9 +83,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace, opts: Options) -> int:
-    if args.no_mtp:
-        # none of the architectures converted here has an MTP block (llama.cpp says the same)
-        raise ConvertError("--mtp / --no-nextn are not supported for this architecture")
     if opts.outtype not in (*FTYPES, "auto"):
         if args.dry_run or args.vocab_only:
             raise ConvertError(f"--outtype {opts.outtype} cannot be combined with "

@@ -25,7 +25,7 @@ def plan(model_dir: str | Path, opts: Options) -> Conversion:
     hparams = load_hparams(model_dir)
     cls = converter_for(hparams)
     tensors = {} if opts.vocab_only else index_checkpoint(model_dir)
-    return prepare(cls(model_dir, hparams, tensors), opts)
+    return prepare(cls(model_dir, hparams, tensors, no_mtp=opts.no_mtp), opts)
 
 
 def convert(model_dir: str | Path, opts: Options | None = None) -> Path:

@@ -89,8 +89,14 @@ class Converter:
     config_defaults: ClassVar[dict[str, Any]] = {}  # what transformers' config class fills in
     file_type: int = 1  # general.file_type (LlamaFileType), set once the outtype is known
 
+    supports_mtp: ClassVar[bool] = False  # whether --no-mtp applies
+
     def __init__(self, model_dir: Path, hparams: dict[str, Any],
-                 tensors: dict[str, SourceTensor]):
+                 tensors: dict[str, SourceTensor], no_mtp: bool = False):
+        if no_mtp and not self.supports_mtp:
+            # llama.cpp's answer for an architecture without an MTP export
+            raise ConvertError(f"--mtp / --no-nextn are not supported for "
+                               f"{hparams.get('architectures', ['?'])[0]}")
         self.dir = model_dir
         self.hf_arch = hparams.get("architectures", [None])[0]
         hp = {**hparams, **hparams.get("text_config", {})}

@@ -34,6 +34,7 @@ class Options:
     dry_run: bool = False
     model_name: str | None = None
     split_max_size: int = 0
+    no_mtp: bool = False  # leave out the multi-token-prediction block
     progress: Callable[[int, int], None] | None = None  # (bytes written, total)
 
 

@@ -9,10 +9,12 @@ from .gemma3 import Gemma3Converter
 from .llama import LlamaConverter
 from .qwen2 import Qwen2Converter
 from .qwen3 import Qwen3Converter
+from .qwen35 import Qwen35Converter
 from .safetensors import ConvertError
 
 CONVERTERS: tuple[type[Converter], ...] = (
-    LlamaConverter, Qwen2Converter, Qwen3Converter, Gemma3Converter, BertConverter)
+    LlamaConverter, Qwen2Converter, Qwen3Converter, Gemma3Converter, BertConverter,
+    Qwen35Converter)
 BY_HF_ARCH = {name: cls for cls in CONVERTERS for name in cls.hf_archs}
 
 

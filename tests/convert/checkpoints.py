@@ -136,3 +136,19 @@ def _plain(v):
     if isinstance(v, np.ndarray):
         return v.tolist()
     return v
+
+
+def make_qwen35_checkpoint(vocab_gguf: Path, out: Path, mtp: bool, seed: int = 5) -> Path:
+    """A tiny Qwen3.5 (3 linear + 1 full-attention layer, or alternating with an MTP block) of
+    tests/reference/make_qwen35_golden.py's shapes, 32 wide, with Qwen2.5's tokenizer."""
+    from tests.reference.make_qwen35_golden import COMMON, SPECS
+    from tests.reference.qwen35_hf import build, make_config, mtp_tensors, save_model
+
+    spec = dict(SPECS["qwen35-mtp" if mtp else "qwen35"])
+    spec.pop("mtp")
+    out.mkdir(parents=True, exist_ok=True)
+    config = make_config(**{**COMMON, "vocab_size": 151936, "hidden_size": 32,
+                            "intermediate_size": 32}, **spec)
+    save_model(build(config, seed, 0.3), out, mtp=mtp_tensors(config, seed + 1) if mtp else None)
+    write_tokenizer(vocab_gguf, "qwen2", out)
+    return out

@@ -19,6 +19,8 @@ CASES = {
     "llama-f16": ("llama", "smollm2-135m", "smollm", "Tiny-Llama-F16", "float16"),
     "llama-spm": ("llama", "smollm2-135m", "spm", "Tiny-Llama-SPM-v2", "float32"),
     "gemma3-spm": ("gemma3", "smollm2-135m", "spm", "gemma-3-spm-tiny", "float32"),
+    "qwen35": ("qwen35", "qwen2.5-coder-0.5b", "qwen2", "Qwen3.5-Tiny", "float32"),
+    "qwen35-mtp": ("qwen35-mtp", "qwen2.5-coder-0.5b", "qwen2", "Qwen3.5-Tiny-MTP", "float32"),
     "qwen3-sharded": ("qwen3", "qwen2.5-coder-0.5b", "qwen2", "Qwen3-Sharded", "float32"),
 }
 SHARDS = {"qwen3-sharded": "2MB"}
@@ -42,6 +44,10 @@ def checkpoint(tmp_path_factory, model_paths):
             torch, checkpoints = _checkpoints()
             spec, vocab, kind, folder, dtype = CASES[name]
             root = tmp_path_factory.mktemp(f"ckpt-{name}")
+            if spec.startswith("qwen35"):
+                made[name] = checkpoints.make_qwen35_checkpoint(
+                    Path(model_paths[vocab]), root / folder, mtp=spec == "qwen35-mtp")
+                return made[name]
             made[name] = checkpoints.make_checkpoint(spec, Path(model_paths[vocab]), kind,
                                                      root / folder, dtype=getattr(torch, dtype),
                                                      shard=SHARDS.get(name))
@@ -54,12 +60,13 @@ def reference_gguf(tmp_path_factory, checkpoint):
     """(name, outtype) -> llama.cpp's conversion of that checkpoint (made on first use)."""
     made: dict[tuple, Path] = {}
 
-    def get(name: str, outtype: str) -> Path:
-        if (name, outtype) not in made:
+    def get(name: str, outtype: str, *flags: str) -> Path:
+        if (name, outtype, flags) not in made:
             _, checkpoints = _checkpoints()
             out = tmp_path_factory.mktemp(f"ref-{name}") / f"ref-{outtype}.gguf"
-            r = checkpoints.reference_convert(checkpoint(name), out, "--outtype", outtype)
+            r = checkpoints.reference_convert(checkpoint(name), out, "--outtype", outtype,
+                                              *flags)
             assert r.returncode == 0, r.stderr[-3000:]
-            made[name, outtype] = out
-        return made[name, outtype]
+            made[name, outtype, flags] = out
+        return made[name, outtype, flags]
     return get

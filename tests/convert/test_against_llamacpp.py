@@ -45,3 +45,24 @@ def test_half_precision_sources_match(name, outtype, checkpoint, reference_gguf,
     """BF16 and F16 checkpoints; --outtype auto keeps their 16-bit type, as llama.cpp's does."""
     ours = convert(checkpoint(name), Options(outfile=tmp_path / "ours.gguf", outtype=outtype))
     assert_same_gguf(ours, reference_gguf(name, outtype))
+
+
+@pytest.mark.parametrize("outtype", ["f32", pytest.param("f16", marks=pytest.mark.slow),
+                                     pytest.param("q8_0", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name,no_mtp", [("qwen35", True), ("qwen35-mtp", False),
+                                         ("qwen35-mtp", True)])
+def test_qwen35_matches(name, no_mtp, outtype, checkpoint, reference_gguf, tmp_path):
+    """Qwen3.5 with and without its MTP block, and an MTP checkpoint converted --no-mtp.
+    ssm_a = -exp(A_log) is computed in float64 here and with torch's exp there: equal on these
+    checkpoints; in general the two may differ by one ulp in ~1% of values."""
+    flags = ("--no-mtp",) if no_mtp else ()
+    ours = convert(checkpoint(name), Options(outfile=tmp_path / "ours.gguf", outtype=outtype,
+                                             no_mtp=no_mtp))
+    assert_same_gguf(ours, reference_gguf(name, outtype, *flags))
+
+
+def test_qwen35_without_mtp_needs_no_mtp(checkpoint):
+    from llamacpy.convert import ConvertError
+
+    with pytest.raises(ConvertError, match="--no-mtp"):
+        convert(checkpoint("qwen35"), Options(dry_run=True))

@@ -16,13 +16,15 @@ from llamacpy.models import load_model
 TOL = 1e-3  # max |ours - transformers| over every logit; a mapping or rope error moves them by >0.1
 
 
-@pytest.mark.parametrize("name", ["llama", "llama-rope-llama3", "qwen2", "qwen3", "gemma3"])
+@pytest.mark.parametrize("name", ["llama", "llama-rope-llama3", "qwen2", "qwen3", "gemma3",
+                                  "qwen35", "qwen35-mtp"])
 def test_converted_model_logits_match_transformers(name, checkpoint, tmp_path):
     torch = pytest.importorskip("torch")
     from transformers import AutoModelForCausalLM
 
     folder = checkpoint(name)
-    path = convert(folder, Options(outfile=tmp_path / "m.gguf", outtype="f32"))
+    path = convert(folder, Options(outfile=tmp_path / "m.gguf", outtype="f32",
+                                   no_mtp=name == "qwen35"))
     hf = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32,
                                               attn_implementation="eager").eval()
     tokens = np.random.default_rng(3).integers(1, hf.config.vocab_size, 24, dtype=np.int32)
