@@ -67,10 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     if (why := refused(argv)) is not None:
         return fail(TOOL, why, 2)
     args = parser().parse_args(argv)
-    if args.mmproj:
-        return fail(TOOL, "--mmproj is not supported by llamacpy's converter yet", 2)
     opts = Options(outfile=args.outfile, outtype=args.outtype.lower() if args.outtype.lower()
                    in (*FTYPES, "auto") else args.outtype, vocab_only=args.vocab_only,
+                   mmproj=args.mmproj,
                    dry_run=args.dry_run, model_name=args.model_name,
                    split_max_size=args.split_max_size, no_mtp=args.no_mtp,
                    progress=text_progress)

@@ -23,7 +23,7 @@ def plan(model_dir: str | Path, opts: Options) -> Conversion:
     if not model_dir.is_dir():
         raise ConvertError(f"{model_dir} is not a directory")
     hparams = load_hparams(model_dir)
-    cls = converter_for(hparams)
+    cls = converter_for(hparams, opts.mmproj)
     tensors = {} if opts.vocab_only else index_checkpoint(model_dir)
     return prepare(cls(model_dir, hparams, tensors, no_mtp=opts.no_mtp), opts)
 

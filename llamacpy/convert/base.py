@@ -90,6 +90,7 @@ class Converter:
     file_type: int = 1  # general.file_type (LlamaFileType), set once the outtype is known
 
     supports_mtp: ClassVar[bool] = False  # whether --no-mtp applies
+    is_mmproj: ClassVar[bool] = False  # a vision projector (general.type mmproj, no tokenizer)
 
     def __init__(self, model_dir: Path, hparams: dict[str, Any],
                  tensors: dict[str, SourceTensor], no_mtp: bool = False):
@@ -150,6 +151,10 @@ class Converter:
                ) -> Iterator[tuple[str, np.ndarray]]:
         """GGUF tensors made from one HF tensor (modify_tensors); architectures override."""
         yield self.map_name(name), data
+
+    def force_type(self, hf_name: str, name: str, ftype: GGMLType) -> GGMLType | None:
+        """A type a matrix must have whatever the outtype (tensor_force_quant), or None."""
+        return None
 
     def extra_tensors(self) -> Iterator[tuple[str, np.ndarray]]:
         """Generated tensors written before the checkpoint's (generate_extra_tensors)."""

@@ -11,7 +11,7 @@ from .vocab import spm_vocab, vocab_real_size_json
 
 class Gemma3Converter(Converter):
     arch = "gemma3"
-    hf_archs = ("Gemma3ForCausalLM",)
+    hf_archs = ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")  # the latter's text
     global_map = DECODER_GLOBALS
     block_map = {
         "model.layers.{bid}.input_layernorm": "blk.{bid}.attn_norm",

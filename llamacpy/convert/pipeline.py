@@ -31,6 +31,7 @@ class Options:
     outfile: Path | None = None
     outtype: str = "auto"
     vocab_only: bool = False
+    mmproj: bool = False  # export the vision projector instead of the text model
     dry_run: bool = False
     model_name: str | None = None
     split_max_size: int = 0
@@ -76,10 +77,16 @@ def guess_ftype(conv: Converter) -> GGMLType:
     return GGMLType.F16
 
 
-def tensor_type(name: str, shape: tuple[int, ...], ftype: GGMLType) -> GGMLType:
-    """llama.cpp's choice: norms, vectors, biases and a few tables stay F32; rows that Q8_0
-    cannot block fall back to F16 (prepare_tensors and gguf-py's QuantError fallback)."""
-    if len(shape) <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight"):
+def tensor_type(name: str, shape: tuple[int, ...], ftype: GGMLType,
+                forced: GGMLType | None = None) -> GGMLType:
+    """llama.cpp's choice: norms, vectors, biases and a few tables stay F32; an architecture may
+    force a matrix's type; rows that Q8_0 cannot block fall back to F16 (prepare_tensors and
+    gguf-py's QuantError fallback)."""
+    if len(shape) <= 1 or name.endswith("_norm.weight"):
+        return GGMLType.F32
+    if forced is not None:
+        return forced
+    if not name.endswith(".weight"):
         return GGMLType.F32
     stem = name[: -len(".weight")]
     if stem.split(".", 2)[-1] in F32_TENSORS or stem in F32_TENSORS:
@@ -104,8 +111,8 @@ def plan_tensors(conv: Converter, ftype: GGMLType) -> list[Planned]:
         if hf_name.endswith(UNUSED_SUFFIXES):
             continue
         for name, data in conv.modify(_placeholder(src), hf_name, tensor_block(hf_name)):
-            planned.append(Planned(name, tensor_type(name, data.shape, ftype), data.shape,
-                                   hf_name, src))
+            ggml_type = tensor_type(name, data.shape, ftype, conv.force_type(hf_name, name, ftype))
+            planned.append(Planned(name, ggml_type, data.shape, hf_name, src))
     seen = set()
     for p in planned:
         if p.name in seen:
@@ -147,7 +154,7 @@ def build_metadata(conv: Converter, ftype: GGMLType, tensors: list[Planned],
     """Every key in llama.cpp's order: general.*, the architecture's, then the tokenizer's."""
     kv = KV()
     kv.string("general.architecture", conv.arch)
-    kv.string("general.type", "model")
+    kv.string("general.type", "mmproj" if conv.is_mmproj else "model")
     total = parameter_count(tensors)
     meta = derive_metadata(conv.dir, total, opts.model_name)
     if meta.get("name") is None:
@@ -163,14 +170,18 @@ def build_metadata(conv: Converter, ftype: GGMLType, tensors: list[Planned],
 
 
 def output_path(model_dir: Path, outfile: Path | None, meta: dict, ftype: GGMLType,
-                vocab_only: bool) -> Path:
+                vocab_only: bool, mmproj: bool = False) -> Path:
     """llama.cpp's default name in the model folder (or in a folder given as --outfile), or the
     --outfile template with {ftype} / {outtype} filled in."""
     out_type = ftype.name
     target = outfile if outfile is not None else model_dir
     if target.is_dir():
-        name = (naming_convention(meta, None, kind="vocab", with_size=False) if vocab_only
-                else naming_convention(meta, out_type))
+        if mmproj:  # MmprojModel.prepare_metadata: no size label, an mmproj- prefix
+            name = "mmproj-" + naming_convention(meta, out_type, with_size=False)
+        elif vocab_only:
+            name = naming_convention(meta, None, kind="vocab", with_size=False)
+        else:
+            name = naming_convention(meta, out_type)
         return target / f"{name}.gguf"
     low, up = out_type.lower(), out_type.upper()
     try:
@@ -193,7 +204,7 @@ def prepare(conv: Converter, opts: Options) -> Conversion:
     ftype = guess_ftype(conv) if opts.outtype == "auto" else FTYPES[opts.outtype]
     tensors = [] if opts.vocab_only else plan_tensors(conv, ftype)
     kv, meta = build_metadata(conv, ftype, tensors, opts)
-    out = output_path(conv.dir, opts.outfile, meta, ftype, opts.vocab_only)
+    out = output_path(conv.dir, opts.outfile, meta, ftype, opts.vocab_only, conv.is_mmproj)
     return Conversion(conv, ftype, tensors, kv, out)
 
 

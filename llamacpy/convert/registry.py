@@ -6,6 +6,7 @@ from __future__ import annotations
 from .base import Converter
 from .bert import BertConverter
 from .gemma3 import Gemma3Converter
+from .gemma3_vision import Gemma3VisionConverter
 from .llama import LlamaConverter
 from .qwen2 import Qwen2Converter
 from .qwen3 import Qwen3Converter
@@ -15,16 +16,19 @@ from .safetensors import ConvertError
 CONVERTERS: tuple[type[Converter], ...] = (
     LlamaConverter, Qwen2Converter, Qwen3Converter, Gemma3Converter, BertConverter,
     Qwen35Converter)
+MMPROJ_CONVERTERS: tuple[type[Converter], ...] = (Gemma3VisionConverter,)
 BY_HF_ARCH = {name: cls for cls in CONVERTERS for name in cls.hf_archs}
+MMPROJ_BY_HF_ARCH = {name: cls for cls in MMPROJ_CONVERTERS for name in cls.hf_archs}
 
 
-def converter_for(hparams: dict) -> type[Converter]:
+def converter_for(hparams: dict, mmproj: bool = False) -> type[Converter]:
     """The converter of config.json's architecture, or one line naming it and what we support."""
     archs = hparams.get("architectures") or []
     if not archs:
         raise ConvertError("config.json has no 'architectures' entry")
-    arch = archs[0]
-    if arch not in BY_HF_ARCH:
-        raise ConvertError(f"Model architecture {arch} is not supported; supported: "
-                           f"{', '.join(sorted(BY_HF_ARCH))}")
-    return BY_HF_ARCH[arch]
+    arch, table = archs[0], MMPROJ_BY_HF_ARCH if mmproj else BY_HF_ARCH
+    if arch not in table:
+        what = "--mmproj of model architecture" if mmproj else "Model architecture"
+        raise ConvertError(f"{what} {arch} is not supported; supported: "
+                           f"{', '.join(sorted(table))}")
+    return table[arch]

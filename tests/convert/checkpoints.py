@@ -152,3 +152,37 @@ def make_qwen35_checkpoint(vocab_gguf: Path, out: Path, mtp: bool, seed: int = 5
     save_model(build(config, seed, 0.3), out, mtp=mtp_tensors(config, seed + 1) if mtp else None)
     write_tokenizer(vocab_gguf, "qwen2", out)
     return out
+
+
+def make_gemma3_vision_checkpoint(vocab_gguf: Path, out: Path, seed: int = 9) -> Path:
+    """A tiny Gemma3ForConditionalGeneration (2-layer SigLIP, 64 px, 8 px patches, 4 image
+    tokens) with the tensor names of the published checkpoints: transformers 5 saves the tower
+    as vision_tower.*, the Hub files (and llama.cpp's map) say vision_tower.vision_model.*."""
+    from safetensors.numpy import load_file, save_file
+    from transformers import (Gemma3Config, Gemma3ForConditionalGeneration, Gemma3TextConfig,
+                              SiglipVisionConfig)
+
+    out.mkdir(parents=True, exist_ok=True)
+    n_vocab = write_tokenizer(vocab_gguf, "qwen2", out)
+    text = Gemma3TextConfig(vocab_size=n_vocab, hidden_size=32, intermediate_size=64,
+                            num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                            head_dim=16, sliding_window=8, max_position_embeddings=256)
+    vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                num_attention_heads=2, image_size=64, patch_size=8)
+    config = Gemma3Config(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                          mm_tokens_per_image=4, image_token_index=n_vocab - 1,
+                          boi_token_index=n_vocab - 3, eoi_token_index=n_vocab - 2)
+    config.architectures = ["Gemma3ForConditionalGeneration"]
+    torch.manual_seed(seed)
+    model = Gemma3ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(0.1 * torch.randn_like(p))
+    model.save_pretrained(out, safe_serialization=True)
+    weights = load_file(out / "model.safetensors")
+    hub = {("vision_tower.vision_model." + k[len("vision_tower."):]
+            if k.startswith("vision_tower.") else k): v for k, v in weights.items()}
+    save_file(hub, out / "model.safetensors", metadata={"format": "pt"})
+    (out / "preprocessor_config.json").write_text(json.dumps(
+        {"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "image_seq_length": 4}))
+    return out

@@ -66,3 +66,27 @@ def test_qwen35_without_mtp_needs_no_mtp(checkpoint):
 
     with pytest.raises(ConvertError, match="--no-mtp"):
         convert(checkpoint("qwen35"), Options(dry_run=True))
+
+
+@pytest.mark.parametrize("outtype", ["f16", pytest.param("f32", marks=pytest.mark.slow),
+                                     pytest.param("q8_0", marks=pytest.mark.slow)])
+def test_gemma3_mmproj_matches(outtype, checkpoint, reference_gguf, tmp_path):
+    """--mmproj on Gemma3ForConditionalGeneration: the SigLIP tower and the projector, with
+    llama.cpp's forced types (input projection F16, embeddings F32) at every outtype."""
+    ours = convert(checkpoint("gemma3-vision"), Options(outfile=tmp_path / "ours.gguf",
+                                                        outtype=outtype, mmproj=True))
+    assert_same_gguf(ours, reference_gguf("gemma3-vision", outtype, "--mmproj"))
+
+
+def test_gemma3_multimodal_text_part_matches(checkpoint, reference_gguf, tmp_path):
+    ours = convert(checkpoint("gemma3-vision"), Options(outfile=tmp_path / "t.gguf",
+                                                        outtype="f16"))
+    assert_same_gguf(ours, reference_gguf("gemma3-vision", "f16"))
+
+
+def test_default_mmproj_name(checkpoint, tmp_path):
+    import shutil
+
+    folder = Path(shutil.copytree(checkpoint("gemma3-vision"), tmp_path / "gemma-3-vision-tiny"))
+    out = convert(folder, Options(outtype="f16", mmproj=True))
+    assert out.name == "mmproj-gemma-3-vision-tiny-F16.gguf", out.name
