@@ -90,6 +90,8 @@ class Converter:
     file_type: int = 1  # general.file_type (LlamaFileType), set once the outtype is known
 
     supports_mtp: ClassVar[bool] = False  # whether --no-mtp applies
+    block_keys: ClassVar[tuple[str, ...]] = ("n_layers", "num_hidden_layers", "n_layer",
+                                             "num_layers")
     is_mmproj: ClassVar[bool] = False  # a vision projector (general.type mmproj, no tokenizer)
 
     def __init__(self, model_dir: Path, hparams: dict[str, Any],
@@ -102,7 +104,7 @@ class Converter:
         self.hf_arch = hparams.get("architectures", [None])[0]
         hp = {**hparams, **hparams.get("text_config", {})}
         self.hp = {**self.defaults(hp), **hp}
-        self.block_count = self.find(("n_layers", "num_hidden_layers", "n_layer", "num_layers"))
+        self.block_count = self.find(self.block_keys)
         self.rope = rope_parameters(self.hp)
         self.names = self._build_map()
         self.sources = {}

@@ -22,6 +22,7 @@ class MmprojConverter(Converter):
 
     arch = "clip"
     is_mmproj = True
+    block_keys = VISION_BLOCK_KEYS
 
     def __init__(self, model_dir: Path, hparams: dict[str, Any],
                  tensors: dict[str, SourceTensor], no_mtp: bool = False):

@@ -186,3 +186,30 @@ def make_gemma3_vision_checkpoint(vocab_gguf: Path, out: Path, seed: int = 9) ->
     (out / "preprocessor_config.json").write_text(json.dumps(
         {"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "image_seq_length": 4}))
     return out
+
+
+def make_qwen35_vision_checkpoint(vocab_gguf: Path, out: Path, seed: int = 11) -> Path:
+    """A tiny Qwen3_5ForConditionalGeneration: the 4-layer text model of make_qwen35_checkpoint
+    and a 2-block vision tower (8 px patches, 2x2 merge, 8x8 position table)."""
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    from tests.reference.make_qwen35_golden import COMMON
+
+    out.mkdir(parents=True, exist_ok=True)
+    text = {**COMMON, "vocab_size": 151936, "hidden_size": 32, "intermediate_size": 32,
+            "num_hidden_layers": 4}
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=8,
+                  spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=32,
+                  num_position_embeddings=64, in_channels=3)
+    config = Qwen3_5Config(text_config=text, vision_config=vision)
+    config.architectures = ["Qwen3_5ForConditionalGeneration"]
+    torch.manual_seed(seed)
+    model = Qwen3_5ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(0.1 * torch.randn_like(p))
+    model.save_pretrained(out, safe_serialization=True)
+    write_tokenizer(vocab_gguf, "qwen2", out)
+    (out / "preprocessor_config.json").write_text(json.dumps(
+        {"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}))
+    return out

@@ -23,6 +23,8 @@ CASES = {
     "qwen35-mtp": ("qwen35-mtp", "qwen2.5-coder-0.5b", "qwen2", "Qwen3.5-Tiny-MTP", "float32"),
     "gemma3-vision": ("gemma3-vision", "qwen2.5-coder-0.5b", "qwen2", "gemma-3-vision-tiny",
                       "float32"),
+    "qwen35-vision": ("qwen35-vision", "qwen2.5-coder-0.5b", "qwen2", "Qwen3.5-VL-tiny",
+                      "float32"),
     "qwen3-sharded": ("qwen3", "qwen2.5-coder-0.5b", "qwen2", "Qwen3-Sharded", "float32"),
 }
 SHARDS = {"qwen3-sharded": "2MB"}
@@ -46,6 +48,10 @@ def checkpoint(tmp_path_factory, model_paths):
             torch, checkpoints = _checkpoints()
             spec, vocab, kind, folder, dtype = CASES[name]
             root = tmp_path_factory.mktemp(f"ckpt-{name}")
+            if spec == "qwen35-vision":
+                made[name] = checkpoints.make_qwen35_vision_checkpoint(
+                    Path(model_paths[vocab]), root / folder)
+                return made[name]
             if spec == "gemma3-vision":
                 made[name] = checkpoints.make_gemma3_vision_checkpoint(
                     Path(model_paths[vocab]), root / folder)

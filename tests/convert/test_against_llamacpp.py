@@ -90,3 +90,19 @@ def test_default_mmproj_name(checkpoint, tmp_path):
     folder = Path(shutil.copytree(checkpoint("gemma3-vision"), tmp_path / "gemma-3-vision-tiny"))
     out = convert(folder, Options(outtype="f16", mmproj=True))
     assert out.name == "mmproj-gemma-3-vision-tiny-F16.gguf", out.name
+
+
+@pytest.mark.parametrize("outtype", ["f16", pytest.param("f32", marks=pytest.mark.slow),
+                                     pytest.param("q8_0", marks=pytest.mark.slow)])
+def test_qwen35_mmproj_matches(outtype, checkpoint, reference_gguf, tmp_path):
+    """--mmproj on Qwen3_5ForConditionalGeneration: qwen3vl_merger, the Conv3D patch embedding
+    as v.patch_embd.weight and .weight.1, the merger as mm.0 / mm.2 / v.post_ln."""
+    ours = convert(checkpoint("qwen35-vision"), Options(outfile=tmp_path / "ours.gguf",
+                                                        outtype=outtype, mmproj=True))
+    assert_same_gguf(ours, reference_gguf("qwen35-vision", outtype, "--mmproj"))
+
+
+def test_qwen35_multimodal_text_part_matches(checkpoint, reference_gguf, tmp_path):
+    ours = convert(checkpoint("qwen35-vision"), Options(outfile=tmp_path / "t.gguf",
+                                                        outtype="f16", no_mtp=True))
+    assert_same_gguf(ours, reference_gguf("qwen35-vision", "f16", "--no-mtp"))
