@@ -43,10 +43,25 @@ class LlamaConverter(Converter):
                 kv.boolean("tokenizer.ggml.add_space_prefix", prefix)
         if self.has_spm():
             self.vocab_sentencepiece(kv)
+        elif self._llama_hf_bpe():
+            raise ConvertError("a Llama-2-style tokenizer.json (byte-fallback BPE) without "
+                               "tokenizer.model is not supported by llamacpy's converter yet")
         else:
             self.vocab_gpt2(kv)
         if self.hp.get("vocab_size", 32000) == 49152:  # granite small models
             kv.boolean("tokenizer.ggml.add_bos_token", False)
+
+    def _llama_hf_bpe(self) -> bool:
+        """The tokenizer.json that llama.cpp reads as LlamaHfVocab (SentencePiece-like BPE)."""
+        from .vocab import read_json
+
+        path = self.dir / "tokenizer.json"
+        if not path.is_file():
+            return False
+        tok = read_json(path)
+        model = tok.get("model", {})
+        return (model.get("type") == "BPE" and bool(model.get("byte_fallback", False))
+                and (tok.get("decoder") or {}).get("type") == "Sequence")
 
     def set_params(self, kv: KV) -> None:
         super().set_params(kv)

@@ -106,3 +106,28 @@ def test_qwen35_multimodal_text_part_matches(checkpoint, reference_gguf, tmp_pat
     ours = convert(checkpoint("qwen35-vision"), Options(outfile=tmp_path / "t.gguf",
                                                         outtype="f16", no_mtp=True))
     assert_same_gguf(ours, reference_gguf("qwen35-vision", "f16", "--no-mtp"))
+
+
+@pytest.mark.parametrize("layout", ["top-level-rope-theta", "rope-scaling-linear"])
+def test_older_config_layouts_match(layout, checkpoint, tmp_path):
+    """config.json in the older layout (top-level rope_theta, rope_scaling with 'type', no
+    head_dim / num_key_value_heads) reads as transformers normalizes it, as llama.cpp's does."""
+    import json
+    import shutil
+
+    from tests.convert.checkpoints import reference_convert
+
+    folder = Path(shutil.copytree(checkpoint("llama"), tmp_path / f"Old-Llama-{layout}"))
+    cfg = json.loads((folder / "config.json").read_text())
+    theta = cfg.pop("rope_parameters")["rope_theta"]
+    cfg.pop("head_dim")
+    cfg.pop("num_key_value_heads")  # both then write head_count_kv = head_count
+    cfg["rope_theta"] = theta
+    if layout == "rope-scaling-linear":
+        cfg["rope_scaling"] = {"type": "linear", "factor": 2.0}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    ref = tmp_path / "ref.gguf"
+    r = reference_convert(folder, ref, "--outtype", "f16")
+    assert r.returncode == 0, r.stderr[-2000:]
+    ours = convert(folder, Options(outfile=tmp_path / "ours.gguf", outtype="f16"))
+    assert_same_gguf(ours, ref)
