@@ -131,3 +131,45 @@ def test_older_config_layouts_match(layout, checkpoint, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     ours = convert(folder, Options(outfile=tmp_path / "ours.gguf", outtype="f16"))
     assert_same_gguf(ours, ref)
+
+
+CARD = """---
+license: apache-2.0
+language:
+- en
+- "no"
+tags:
+- text-generation
+- tiny
+pipeline_tag: text-generation
+base_model: Qwen/Qwen2.5-Coder-0.5B
+datasets:
+- https://huggingface.co/datasets/bigcode/the-stack
+- HuggingFaceFW/fineweb-edu
+model_creator: Someone
+---
+# A tiny test model
+"""
+
+
+def test_model_card_metadata_matches(checkpoint, tmp_path):
+    """general.license/tags/languages/base_model.*/dataset.*/author from the README front
+    matter, and general.sampling.* from generation_config.json, as llama.cpp derives them."""
+    import shutil
+
+    from tests.convert.checkpoints import reference_convert
+
+    folder = Path(shutil.copytree(checkpoint("qwen2"),
+                                  tmp_path / "Tiny-Qwen2.5-Coder-1.5B-Instruct-v2"))
+    (folder / "README.md").write_text(CARD)
+    ref = tmp_path / "ref.gguf"
+    r = reference_convert(folder, ref, "--outtype", "f16")
+    assert r.returncode == 0, r.stderr[-2000:]
+    ours = convert(folder, Options(outfile=tmp_path / "ours.gguf", outtype="f16"))
+    assert_same_gguf(ours, ref)
+    from llamacpy.format import open_gguf
+
+    with open_gguf(ours) as g:
+        assert g.metadata["general.license"] == "apache-2.0"
+        assert g.metadata["general.base_model.0.organization"] == "Qwen"
+        assert g.metadata["general.sampling.top_k"] == 20
