@@ -1,0 +1,69 @@
+"""whisper-cli: speech to text with whisper.cpp's flag names (the first pieces: -m, -f, -t, -nt).
+
+Only the first 30 seconds of each input are transcribed, greedily and without timestamps; the
+other whisper.cpp flags are not implemented yet, so they are refused rather than ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from .common import fail, set_threads
+
+TOOL = "whisper-cli"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=TOOL, description=__doc__)
+    p.add_argument("-m", "--model", default="whisper-tiny.en",
+                   help="whisper GGUF path or catalogue name (default whisper-tiny.en)")
+    p.add_argument("-f", "--file", action="append", default=[], help="input WAV file (repeatable)")
+    p.add_argument("inputs", nargs="*", help="more input WAV files")
+    p.add_argument("-t", "--threads", type=int, default=4, help="threads (default 4)")
+    p.add_argument("-nt", "--no-timestamps", action="store_true",
+                   help="print text only (the only mode so far)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, unknown = _parser().parse_known_args(argv)
+    if unknown:
+        return fail(TOOL, f"not supported yet: {' '.join(unknown)}")
+    files = args.file + args.inputs
+    if not files:
+        return fail(TOOL, "no input files (use -f FILE)")
+    set_threads(args.threads)
+    from ..audio.mel import N_SAMPLES
+    from ..audio.transcribe import transcribe_window
+    from ..audio.wav import AudioError, load_audio
+    from ..format import GGUFError, open_gguf
+    from ..hub import resolve_model
+    from ..models.whisper import WhisperModel
+
+    try:
+        g = open_gguf(resolve_model(args.model))
+        if g.get("general.architecture") != "whisper":
+            return fail(TOOL, f"{args.model} is not a whisper model")
+        model = WhisperModel(g)
+    except (OSError, GGUFError, RuntimeError, KeyError) as e:
+        return fail(TOOL, f"cannot load model '{args.model}': {e}")
+    for path in files:
+        try:
+            audio = load_audio(path)
+        except (OSError, AudioError) as e:
+            return fail(TOOL, f"cannot read '{path}': {e}")
+        if len(audio) > N_SAMPLES:  # seeking over several windows is not implemented yet
+            return fail(TOOL, f"{path}: {len(audio) / 16000:.1f} s of audio; only inputs up to "
+                              "30 s are supported so far")
+        t0 = time.perf_counter()
+        text = transcribe_window(g, model, audio)
+        print(text.strip(), flush=True)
+        print(f"{TOOL}: {path}: {len(audio) / 16000:.1f} s of audio in "
+              f"{time.perf_counter() - t0:.2f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""WAV input (PCM 16/24/32-bit and float, stereo, other rates) against Python's wave module and
+scipy's polyphase resampler; whisper-cli end to end and its refusals."""
+
+from __future__ import annotations
+
+import struct
+import wave
+
+import numpy as np
+import pytest
+
+from llamacpy.audio.wav import AudioError, load_audio, read_wav, resample
+from llamacpy.cli.whisper_cli import main
+
+signal = pytest.importorskip("scipy.signal")
+
+
+def _tone(rate: int, seconds: float = 0.5, channels: int = 1) -> np.ndarray:
+    t = np.arange(int(rate * seconds)) / rate
+    x = 0.5 * np.sin(2 * np.pi * 440 * t) + 0.2 * np.sin(2 * np.pi * 3000 * t)
+    return np.stack([x * (1 - 0.3 * c) for c in range(channels)], axis=1)
+
+
+def _write_pcm(path, x: np.ndarray, rate: int, width: int) -> None:
+    ints = np.round(x * (2 ** (8 * width - 1) - 1)).astype(np.int64)
+    raw = b"".join(int(v).to_bytes(width, "little", signed=True) for v in ints.reshape(-1))
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(x.shape[1])
+        w.setsampwidth(width)
+        w.setframerate(rate)
+        w.writeframes(raw)
+
+
+def _write_float(path, x: np.ndarray, rate: int) -> None:
+    data = x.astype("<f4").tobytes()
+    ch = x.shape[1]
+    fmt = struct.pack("<HHIIHH", 3, ch, rate, rate * ch * 4, ch * 4, 32)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", 16) + fmt + b"data" + \
+        struct.pack("<I", len(data)) + data
+    path.write_bytes(b"RIFF" + struct.pack("<I", len(body)) + body)
+
+
+@pytest.mark.parametrize("width", [2, 3, 4])
+def test_pcm_widths_read_like_the_wave_module(tmp_path, width):
+    x = _tone(16000, channels=2)
+    path = tmp_path / "a.wav"
+    _write_pcm(path, x, 16000, width)
+    ours, rate = read_wav(path)
+    assert rate == 16000 and ours.shape == x.shape
+    np.testing.assert_allclose(ours, x, atol=2.0 / 2 ** (8 * width - 1) + 1e-7)
+
+
+def test_float_wav_and_stereo_mixdown(tmp_path):
+    x = _tone(16000, channels=2).astype(np.float32)
+    path = tmp_path / "f.wav"
+    _write_float(path, x, 16000)
+    np.testing.assert_allclose(load_audio(path), x.mean(axis=1), atol=1e-6)
+
+
+@pytest.mark.parametrize("rate", [8000, 22050, 44100, 48000])
+def test_resample_matches_scipy(rate):
+    x = _tone(rate, seconds=1.0)[:, 0]
+    g = np.gcd(rate, 16000)
+    ref = signal.resample_poly(x, 16000 // g, rate // g)
+    ours = resample(x, rate)
+    n = min(len(ours), len(ref))
+    assert abs(len(ours) - len(ref)) <= 1
+    inner = slice(200, n - 200)  # the two filters differ in their edge handling only
+    np.testing.assert_allclose(ours[inner], ref[:n][inner], atol=2e-3)
+
+
+def test_not_a_wav_is_a_clear_error(tmp_path):
+    path = tmp_path / "x.wav"
+    path.write_bytes(b"this is not audio at all")
+    with pytest.raises(AudioError, match="not a WAV file"):
+        read_wav(path)
+
+
+def test_cli_refuses_bad_input_and_unknown_flags(tmp_path, capsys):
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"RIFF\x04\x00\x00\x00WAVE")
+    assert main(["-m", "whisper-tiny.en", "-f", str(bad)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"whisper-cli: error: cannot read '{bad}': {bad}: WAV file without a 'fmt' chunk"]
+    assert main(["-f", str(bad), "-osrt"]) == 1
+    assert "not supported yet: -osrt" in capsys.readouterr().err
+    assert main([]) == 1
+
+
+@pytest.mark.slow
+def test_cli_prints_the_transcript(tmp_path, capsys, whisper_gguf, whisper_model, speak):
+    import subprocess
+
+    from llamacpy.audio.transcribe import transcribe_window
+
+    path = tmp_path / "s.wav"
+    subprocess.run(["espeak-ng", "-w", str(path), "The quick brown fox jumps over the lazy dog."], check=True)
+    assert main(["-m", "whisper-tiny.en", "-f", str(path), "-t", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out == transcribe_window(whisper_gguf, whisper_model, load_audio(path)).strip() + "\n"
+    assert "lazy dog" in out.lower()
