@@ -41,7 +41,8 @@ def make_checkpoint(folder: Path, dtype: str) -> None:
     model.save_pretrained(folder, safe_serialization=True)
 
 
-def measure(cmd: list[str], env: dict | None = None, cwd: Path | None = None) -> tuple[float, float]:
+def measure(cmd: list[str], env: dict | None = None,
+            cwd: Path | None = None) -> tuple[float, float]:
     """(peak RSS in MiB, seconds) of one process."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL,

@@ -46,7 +46,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mmproj", action="store_true", help="export the vision projector")
     p.add_argument("--no-mtp", "--no-nextn", dest="no_mtp", action="store_true",
                    help="leave out multi-token-prediction tensors")
-    p.add_argument("--split-max-size", type=split_size, default=0, help="max size per split N(K|M|G)")
+    p.add_argument("--split-max-size", type=split_size, default=0,
+                   help="max size per split N(K|M|G)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     p.add_argument("--verbose", action="store_true", help="print every tensor")
     p.add_argument("--model-name", help="general.name to write")
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         return run(args, opts)
     except ConvertError as e:
         return fail(TOOL, str(e))
+    except KeyError as e:  # a field an architecture needs is absent from config.json
+        return fail(TOOL, f"config.json: required field {e} is missing")
     except OSError as e:
         return fail(TOOL, f"{e.filename or ''}: {e.strerror or e}")
 
@@ -86,7 +89,8 @@ def run(args: argparse.Namespace, opts: Options) -> int:
         if args.dry_run or args.vocab_only:
             raise ConvertError(f"--outtype {opts.outtype} cannot be combined with "
                                "--dry-run or --vocab-only")
-        print(f"{TOOL}: wrote {convert_and_quantize(args.model, opts, opts.outtype, args.keep_intermediate)}")
+        out = convert_and_quantize(args.model, opts, opts.outtype, args.keep_intermediate)
+        print(f"{TOOL}: wrote {out}")
         return 0
     if args.dry_run or args.verbose:
         show_plan(plan(args.model, opts), opts.split_max_size)

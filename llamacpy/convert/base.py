@@ -86,7 +86,6 @@ class Converter:
     hf_archs: ClassVar[tuple[str, ...]]
     block_map: ClassVar[dict[str, str]] = {}  # HF name with {bid} -> GGUF name with {bid}
     global_map: ClassVar[dict[str, str]] = {}  # HF name -> GGUF name (no block)
-    config_defaults: ClassVar[dict[str, Any]] = {}  # what transformers' config class fills in
     file_type: int = 1  # general.file_type (LlamaFileType), set once the outtype is known
 
     supports_mtp: ClassVar[bool] = False  # whether --no-mtp applies
@@ -114,8 +113,9 @@ class Converter:
                 self.sources[renamed] = t
 
     def defaults(self, hp: dict[str, Any]) -> dict[str, Any]:
-        """Config fields transformers' config class adds when config.json lacks them."""
-        return dict(self.config_defaults)
+        """Config fields transformers' config class adds when config.json lacks them (llama.cpp
+        reads the config through AutoConfig, so it writes what those add)."""
+        return {}
 
     def find(self, keys: Iterable[str], optional: bool = False) -> Any:
         keys = tuple(keys)

@@ -200,7 +200,8 @@ def _card_lists(meta: dict[str, Any], card: dict[str, Any], total_params: int) -
                        ("license.link", ("license_link",))):
         if names[0] in card and meta.get(key) is None:
             meta[key] = card[names[0]]
-    for key, names in (("tags", ("tags", "pipeline_tag")), ("languages", ("languages", "language"))):
+    for key, names in (("tags", ("tags", "pipeline_tag")),
+                       ("languages", ("languages", "language"))):
         for n in names:
             value = card.get(n)
             if value is not None:

@@ -240,8 +240,8 @@ def shard_metadata(kv: KV, i: int, shards: list[list[Planned]]) -> KV:
 
 def write(c: Conversion, opts: Options) -> list[Path]:
     """Write the planned GGUF (or its shards under --split-max-size); returns the paths."""
-    header_guess = 1 << 20
-    check_disk_space(c.outfile, sum(p.nbytes for p in c.tensors) + header_guess)
+    metadata_margin = 64 << 20  # the largest vocabularies take ~10 MiB of metadata
+    check_disk_space(c.outfile, sum(p.nbytes for p in c.tensors) + metadata_margin)
     total, done = sum(p.nbytes for p in c.tensors), [0]
 
     def on_tensor(t: TensorToWrite, _i: int) -> None:

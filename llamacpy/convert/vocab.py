@@ -144,7 +144,7 @@ def _fields(buf: bytes):
 
 
 def sentencepiece_pieces(path: Path) -> list[tuple[bytes, float, int]]:
-    """(piece, score, sentencepiece type) of every piece in a tokenizer.model (ModelProto.pieces)."""
+    """(piece, score, sentencepiece type) of every piece of a tokenizer.model (ModelProto)."""
     import struct
     pieces = []
     for num, wire, value in _fields(path.read_bytes()):

@@ -44,7 +44,8 @@ def write_tokenizer(gguf_path: Path, kind: str, out: Path) -> int:
     g = open_gguf(gguf_path)
     tokens, types = g.metadata["tokenizer.ggml.tokens"], g.metadata["tokenizer.ggml.token_type"]
     merges = g.metadata["tokenizer.ggml.merges"]
-    bos, eos = g.metadata.get("tokenizer.ggml.bos_token_id"), g.metadata["tokenizer.ggml.eos_token_id"]
+    bos = g.metadata.get("tokenizer.ggml.bos_token_id")
+    eos = g.metadata["tokenizer.ggml.eos_token_id"]
     g.close()
     added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True} for i, (t, ty) in enumerate(zip(tokens, types))

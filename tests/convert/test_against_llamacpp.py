@@ -22,7 +22,8 @@ def assert_same_gguf(ours: Path, ref: Path) -> None:
     (m1, t1), (m2, t2) = gguf_summary(ours), gguf_summary(ref)
     assert [k for k, *_ in m1] == [k for k, *_ in m2], "metadata keys or their order differ"
     for a, b in zip(m1, m2):
-        assert a == b, f"metadata differs: ours {a[:2]} {str(a[2])[:200]} vs {b[:2]} {str(b[2])[:200]}"
+        assert a == b, (f"metadata differs: ours {a[:2]} {str(a[2])[:200]} "
+                        f"vs llama.cpp {b[:2]} {str(b[2])[:200]}")
     for a, b in zip(t1, t2):
         assert a == b, f"tensor differs: ours {a} vs llama.cpp {b}"
     assert t1 == t2
