@@ -224,7 +224,7 @@ def whisper_metadata(v: dict, tokens: list[str], merges: list[str], config: dict
         "whisper.suppress_tokens_begin": [int(i) for i in config.get("suppress_ids_begin", [])],
         "whisper.language_tokens": [int(i) for i in config.get("lang_ids", [])],
         "whisper.alignment_heads": [int(i) for p in config.get("alignment_heads", []) for i in p],
-        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "whisper",
+        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",  # tiktoken gpt2 regex
         "tokenizer.ggml.tokens": tokens,
         # control tokens are the <|...|> ones from <|endoftext|> on (CONTROL = 3, NORMAL = 1)
         "tokenizer.ggml.token_type": [3 if i >= ids["<|endoftext|>"] else 1

@@ -67,3 +67,18 @@ def test_other_binary_version_is_refused(tmp_path):
     bad.write_bytes(struct.pack("<I", 3) + b"\0" * 16)
     with pytest.raises(CT2Error, match="binary version 3"):
         read_model_bin(bad)
+
+
+@pytest.mark.parametrize("text", [" Hello world, this is a test.",
+                                  " The fox's 123 jumps\u2014\u00fcber na\u00efve \u65e5\u672c\u8a9e!",
+                                  "  spaces\nand\ttabs"])
+def test_tokenizer_matches_hugging_face(whisper_gguf, ct2_folder, text):
+    """Our BPE over the converted vocabulary and merges against tokenizers on tokenizer.json."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from llamacpy.audio.transcribe import tokens_to_text
+    from llamacpy.tokenizer.tokenizer import Tokenizer
+
+    ref = tokenizers.Tokenizer.from_file(str(ct2_folder / "tokenizer.json"))
+    ids = Tokenizer.from_gguf(whisper_gguf).tokenize(text, add_special=False)
+    assert ids == ref.encode(text, add_special_tokens=False).ids
+    assert tokens_to_text(whisper_gguf.require("tokenizer.ggml.tokens"), ids) == ref.decode(ids)
