@@ -25,9 +25,11 @@ CASES = {
                       "float32"),
     "qwen35-vision": ("qwen35-vision", "qwen2.5-coder-0.5b", "qwen2", "Qwen3.5-VL-tiny",
                       "float32"),
+    "llama-48": ("llama", "smollm2-135m", "smollm", "Tiny-Llama-48", "float32"),
     "qwen3-sharded": ("qwen3", "qwen2.5-coder-0.5b", "qwen2", "Qwen3-Sharded", "float32"),
 }
 SHARDS = {"qwen3-sharded": "2MB"}
+OVERRIDES = {"llama-48": {"hidden_size": 48, "intermediate_size": 80}}
 
 
 def _checkpoints():
@@ -62,7 +64,8 @@ def checkpoint(tmp_path_factory, model_paths):
                 return made[name]
             made[name] = checkpoints.make_checkpoint(spec, Path(model_paths[vocab]), kind,
                                                      root / folder, dtype=getattr(torch, dtype),
-                                                     shard=SHARDS.get(name))
+                                                     shard=SHARDS.get(name),
+                                                     **OVERRIDES.get(name, {}))
         return made[name]
     return get
 

@@ -174,3 +174,16 @@ def test_model_card_metadata_matches(checkpoint, tmp_path):
         assert g.metadata["general.license"] == "apache-2.0"
         assert g.metadata["general.base_model.0.organization"] == "Qwen"
         assert g.metadata["general.sampling.top_k"] == 20
+
+
+def test_q8_0_leaves_rows_it_cannot_block_in_f16(checkpoint, reference_gguf, tmp_path):
+    """Hidden size 48: every matrix whose rows are 48 or 80 long stays F16 under q8_0."""
+    from llamacpy.format import open_gguf
+
+    ours = convert(checkpoint("llama-48"), Options(outfile=tmp_path / "o.gguf", outtype="q8_0"))
+    assert_same_gguf(ours, reference_gguf("llama-48", "q8_0"))
+    with open_gguf(ours) as g:
+        types = {t.name: (t.ggml_type.name, t.ne[0]) for t in g.tensors.values()}
+    assert types["blk.0.attn_q.weight"] == ("F16", 48)
+    assert types["blk.0.ffn_down.weight"] == ("F16", 80)
+    assert types["blk.0.attn_output.weight"] == ("Q8_0", 64)  # 4 heads x 16: a whole block

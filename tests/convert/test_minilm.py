@@ -36,3 +36,33 @@ def test_minilm_matches_llamacpp(minilm, outtype, tmp_path):
     else:
         ours = convert(minilm.checkpoint, Options(outfile=tmp_path / "ours.gguf", outtype=outtype))
     assert ours.read_bytes() == ref.read_bytes()
+
+
+def test_tiny_random_bert_matches(minilm, tmp_path):
+    """A tiny random BertModel (2 layers, 32 wide) with all-MiniLM's WordPiece tokenizer and
+    sentence-transformers mean pooling: our conversion equals llama.cpp's at f16 and q8_0."""
+    torch = pytest.importorskip("torch")
+    import shutil
+
+    from transformers import BertConfig, BertModel
+
+    from tests.convert.checkpoints import reference_convert
+
+    folder = tmp_path / "tiny-bert-L2-H32"
+    folder.mkdir()
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+              "modules.json"):
+        shutil.copy(minilm.checkpoint / f, folder / f)
+    shutil.copytree(minilm.checkpoint / "1_Pooling", folder / "1_Pooling")
+    config = BertConfig(vocab_size=30522, hidden_size=32, intermediate_size=64,
+                        num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=64)
+    config.architectures = ["BertModel"]
+    torch.manual_seed(3)
+    BertModel(config).eval().save_pretrained(folder, safe_serialization=True)
+    for outtype in ("f16", "q8_0"):
+        ref = tmp_path / f"ref-{outtype}.gguf"
+        r = reference_convert(folder, ref, "--outtype", outtype)
+        assert r.returncode == 0, r.stderr[-2000:]
+        ours = convert(folder, Options(outfile=tmp_path / f"ours-{outtype}.gguf",
+                                       outtype=outtype))
+        assert ours.read_bytes() == ref.read_bytes(), outtype
