@@ -12,6 +12,7 @@ once per token as the output matrix). Prints GB/s and the share of the read band
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,25 +25,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 @njit(parallel=True, fastmath=True, cache=True)
-def _read_sum(a, chunks):
-    """Sum of a float32 array in `chunks` parallel pieces (vectorised): every byte read once,
-    nothing written."""
-    part = np.zeros(chunks, np.float32)
-    n = a.size
-    for c in prange(chunks):
-        s = np.float32(0)
-        for i in range(c * n // chunks, (c + 1) * n // chunks):
-            s += a[i]
-        part[c] = s
+def _read_sum(rows):
+    """Sum of a float32 [chunks, m] array, its rows in parallel (vectorised row sums): every
+    byte read once, nothing written."""
+    part = np.zeros(rows.shape[0], np.float32)
+    for c in prange(rows.shape[0]):
+        part[c] = rows[c].sum()
     return part.sum()
 
 
 def read_bandwidth(threads: int, nbytes: int = 1 << 30) -> float:
     """GB/s of the best of 5 reads of a buffer of `nbytes`."""
     numba.set_num_threads(threads)
-    a = np.ones(nbytes // 4, np.float32)
-    _read_sum(a, 8 * threads)
-    best = min(_timed(lambda: _read_sum(a, 8 * threads)) for _ in range(5))
+    a = np.ones(nbytes // 4, np.float32).reshape(64, -1)
+    _read_sum(a)
+    best = min(_timed(lambda: _read_sum(a)) for _ in range(5))
     return nbytes / best / 1e9
 
 
@@ -80,18 +77,25 @@ def main() -> None:
     ap.add_argument("model")
     ap.add_argument("-t", "--threads", default="1,2")
     ap.add_argument("-n", "--n-gen", type=int, default=64)
+    ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     from llamacpy.hub import resolve_model
 
     path = str(resolve_model(args.model))
-    per_token = weight_bytes(path)
-    print(f"{args.model}: {per_token / 1e6:.0f} MB of weights per token")
-    for t in (int(x) for x in args.threads.split(",")):
-        bw = read_bandwidth(t)
-        tps = tokens_per_second(path, t, args.n_gen)
-        got = per_token * tps / 1e9
-        print(f"{t} thread(s): read {bw:.1f} GB/s; decode {tps:.2f} tokens/s = {got:.1f} GB/s "
-              f"of weights, {100 * got / bw:.0f}% of the read bandwidth", flush=True)
+    if args.one:
+        return one(path, args.one, args.n_gen)
+    print(f"{args.model}: {weight_bytes(path) / 1e6:.0f} MB of weights per token")
+    for t in args.threads.split(","):  # one process per thread count, as a user runs it
+        subprocess.run([sys.executable, __file__, args.model, "--one", t, "-n",
+                        str(args.n_gen)], check=True)
+
+
+def one(path: str, threads: int, n_gen: int) -> None:
+    bw = read_bandwidth(threads)
+    tps = tokens_per_second(path, threads, n_gen)
+    got = weight_bytes(path) * tps / 1e9
+    print(f"{threads} thread(s): read {bw:.1f} GB/s; decode {tps:.2f} tokens/s = {got:.1f} "
+          f"GB/s of weights, {100 * got / bw:.0f}% of the read bandwidth", flush=True)
 
 
 if __name__ == "__main__":

@@ -316,7 +316,7 @@ TABLE = [
     ("post-models", "POST", "/v1/models", js({}), 405, None),
     ("get-tokenize", "GET", TOK, {}, 405, None),
     ("unknown-route", "GET", "/nowhere", {}, 404, "not_found_error"),
-    ("embeddings-route", "POST", "/v1/embeddings", js({"input": "Hi"}), 404, "not_found_error"),
+    ("embeddings-route", "POST", "/v1/embeddings", js({"input": "Hi"}), 501, "not_supported_error"),
     ("path-traversal", "GET", "/../../etc/passwd", {}, 404, "not_found_error"),
     # -- streams: a refusal is a plain error status, never a 200 stream ----------------------------
     ("stream-samplers-infill", "POST", C, cmpl(stream=True, samplers=["infill"]), 400,
