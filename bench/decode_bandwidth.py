@@ -12,16 +12,18 @@ once per token as the output matrix). Prints GB/s and the share of the read band
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numba
-import numpy as np
-from numba import njit, prange
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import llamacpy  # noqa: E402, F401  (before numpy: it sets OpenBLAS's thread timeout)
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+from numba import njit, prange  # noqa: E402
 
 
 @njit(parallel=True, fastmath=True, cache=True)
@@ -86,13 +88,14 @@ def main() -> None:
         return one(path, args.one, args.n_gen)
     print(f"{args.model}: {weight_bytes(path) / 1e6:.0f} MB of weights per token")
     for t in args.threads.split(","):  # one process per thread count, as a user runs it
+        env = dict(os.environ, OMP_NUM_THREADS=t, OPENBLAS_NUM_THREADS=t)
         subprocess.run([sys.executable, __file__, args.model, "--one", t, "-n",
-                        str(args.n_gen)], check=True)
+                        str(args.n_gen)], check=True, env=env)
 
 
 def one(path: str, threads: int, n_gen: int) -> None:
-    bw = read_bandwidth(threads)
     tps = tokens_per_second(path, threads, n_gen)
+    bw = read_bandwidth(threads)
     got = weight_bytes(path) * tps / 1e9
     print(f"{threads} thread(s): read {bw:.1f} GB/s; decode {tps:.2f} tokens/s = {got:.1f} "
           f"GB/s of weights, {100 * got / bw:.0f}% of the read bandwidth", flush=True)
