@@ -34,9 +34,10 @@ class BertConverter(Converter):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        labels = self.hp.get("id2label")
-        if labels and len(labels) == 2 and labels.get("0", labels.get(0)) == "LABEL_0":
-            labels = None  # transformers' placeholder labels
+        # AutoConfig turns id2label's keys into ints (they order numerically)
+        labels = {int(k): v for k, v in (self.hp.get("id2label") or {}).items()}
+        if len(labels) == 2 and labels.get(0) == "LABEL_0":
+            labels = {}  # transformers' placeholder labels
         self.labels = labels
 
     def filter_tensor(self, name):

@@ -66,3 +66,29 @@ def test_tiny_random_bert_matches(minilm, tmp_path):
         ours = convert(folder, Options(outfile=tmp_path / f"ours-{outtype}.gguf",
                                        outtype=outtype))
         assert ours.read_bytes() == ref.read_bytes(), outtype
+
+
+def test_tiny_cross_encoder_matches(minilm, tmp_path):
+    """BertForSequenceClassification with one label (a reranker): classifier -> cls.output and
+    classifier.output_labels, as llama.cpp writes them."""
+    torch = pytest.importorskip("torch")
+    import shutil
+
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from tests.convert.checkpoints import reference_convert
+
+    folder = tmp_path / "tiny-cross-encoder"
+    folder.mkdir()
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(minilm.checkpoint / f, folder / f)
+    config = BertConfig(vocab_size=30522, hidden_size=32, intermediate_size=64, num_labels=1,
+                        num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=64)
+    config.architectures = ["BertForSequenceClassification"]
+    torch.manual_seed(4)
+    BertForSequenceClassification(config).eval().save_pretrained(folder)
+    ref = tmp_path / "ref.gguf"
+    r = reference_convert(folder, ref, "--outtype", "f32")
+    assert r.returncode == 0, r.stderr[-2000:]
+    ours = convert(folder, Options(outfile=tmp_path / "ours.gguf", outtype="f32"))
+    assert ours.read_bytes() == ref.read_bytes()
