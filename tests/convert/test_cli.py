@@ -114,3 +114,22 @@ def test_split_max_size_matches(size, checkpoint, tmp_path):
     assert (len(mine) > 1) == (size == "300K")
     for a, b in zip(mine, theirs):
         assert a.read_bytes() == b.read_bytes(), a.name
+
+
+NO_TORCH = """
+import sys
+for name in ("torch", "transformers", "sentencepiece", "safetensors"):
+    sys.modules[name] = None  # importing any of them now fails
+from llamacpy.cli.convert import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("name", ["qwen35-mtp", "llama-spm"])
+def test_converter_runs_without_torch(name, checkpoint, reference_gguf, tmp_path):
+    """torch, transformers, sentencepiece and safetensors made unimportable: the same bytes."""
+    out = tmp_path / "o.gguf"
+    r = subprocess.run([sys.executable, "-c", NO_TORCH, str(checkpoint(name)), "--outtype", "f16",
+                        "--outfile", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == reference_gguf(name, "f16").read_bytes()
