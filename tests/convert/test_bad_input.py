@@ -110,3 +110,21 @@ def test_unsupported_flags_are_refused(tmp_path, flag):
     data = safetensors_bytes({"model.embed_tokens.weight": np.ones((4, 8), np.float32)})
     r = run_cli(str(folder(tmp_path, weights=data)), *flag)
     assert_one_line_failure(r, flag[0].lstrip("-").split("-")[0])
+
+
+def test_pytorch_bin_weights_are_refused(tmp_path):
+    d = folder(tmp_path)
+    (d / "pytorch_model.bin").write_bytes(b"PK\x03\x04 not really a zip")
+    r = run_cli(str(d))
+    assert_one_line_failure(r, "PyTorch .bin", "safetensors")
+
+
+def test_index_naming_a_missing_shard(tmp_path):
+    data = safetensors_bytes({"model.norm.weight": np.ones(8, np.float32)})
+    d = folder(tmp_path, weights=None)
+    (d / "model-00001-of-00002.safetensors").write_bytes(data)
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "model.norm.weight": "model-00001-of-00002.safetensors",
+        "model.embed_tokens.weight": "model-00002-of-00002.safetensors"}}))
+    r = run_cli(str(d))
+    assert_one_line_failure(r, "model-00002-of-00002.safetensors", "missing")
