@@ -35,14 +35,25 @@ class SpecialTokens:
                    tuple(int(i) for i in g.get("whisper.suppress_tokens_begin", [])))
 
 
-def prompt_tokens(sp: SpecialTokens, language_token: int | None = None) -> list[int]:
+def language_token(g: GGUFFile, language: str) -> int:
+    """The id of <|xx|> for a language code ("en", "de"...); unknown codes are an error."""
+    tokens = g.require("tokenizer.ggml.tokens")
+    ids = {int(i) for i in g.get("whisper.language_tokens", [])}
+    for i in sorted(ids):
+        if tokens[i] == f"<|{language}|>":
+            return i
+    raise ValueError(f"unknown language '{language}' (the model has "
+                     f"{', '.join(tokens[i][2:-2] for i in sorted(ids))})")
+
+
+def prompt_tokens(sp: SpecialTokens, language: int | None = None) -> list[int]:
     """<|startoftranscript|> [<|lang|> <|transcribe|>] <|notimestamps|>; English-only models
     take no language or task token."""
     if not sp.multilingual:
         return [sp.sot, sp.no_timestamps]
-    if language_token is None:
-        raise ValueError("a multilingual model needs a language token (detection is not done yet)")
-    return [sp.sot, language_token, sp.transcribe, sp.no_timestamps]
+    if language is None:
+        raise ValueError("a multilingual model needs a language (detection is not done yet)")
+    return [sp.sot, language, sp.transcribe, sp.no_timestamps]
 
 
 def greedy_tokens(model: WhisperModel, sp: SpecialTokens, mel: np.ndarray,
@@ -78,9 +89,11 @@ def tokens_to_text(tokens_text: list[str], ids: list[int]) -> str:
 
 
 def transcribe_window(g: GGUFFile, model: WhisperModel, audio: np.ndarray,
-                      suppress_non_speech: bool = True) -> str:
-    """The text of the first 30 seconds of 16 kHz mono float32 `audio`."""
+                      language: str = "en", suppress_non_speech: bool = True) -> str:
+    """The text of the first 30 seconds of 16 kHz mono float32 `audio` (`language` is used by
+    multilingual models only)."""
     sp = SpecialTokens.from_gguf(g)
     mel = pad_or_trim(log_mel_spectrogram(audio, model.args.n_mels, padding=N_SAMPLES))
-    ids = greedy_tokens(model, sp, mel, prompt_tokens(sp), suppress_non_speech)
+    lang = language_token(g, language) if sp.multilingual else None
+    ids = greedy_tokens(model, sp, mel, prompt_tokens(sp, lang), suppress_non_speech)
     return tokens_to_text(g.require("tokenizer.ggml.tokens"), ids)

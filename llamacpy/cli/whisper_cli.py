@@ -1,4 +1,4 @@
-"""whisper-cli: speech to text with whisper.cpp's flag names (the first pieces: -m, -f, -t, -nt).
+"""whisper-cli: speech to text with whisper.cpp's flag names (the first pieces: -m, -f, -t, -l, -nt).
 
 Only the first 30 seconds of each input are transcribed, greedily and without timestamps; the
 other whisper.cpp flags are not implemented yet, so they are refused rather than ignored.
@@ -22,9 +22,38 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--file", action="append", default=[], help="input WAV file (repeatable)")
     p.add_argument("inputs", nargs="*", help="more input WAV files")
     p.add_argument("-t", "--threads", type=int, default=4, help="threads (default 4)")
+    p.add_argument("-l", "--language", default="en",
+                   help="spoken language (default en; 'auto' detection is not implemented yet)")
     p.add_argument("-nt", "--no-timestamps", action="store_true",
                    help="print text only (the only mode so far)")
     return p
+
+
+def _load(args):
+    """(GGUF, model) for -m, with -l checked against it; an error message instead on failure."""
+    from ..audio.transcribe import language_token
+    from ..format import GGUFError, open_gguf
+    from ..hub import resolve_model
+    from ..models.whisper import WhisperModel
+
+    try:
+        g = open_gguf(resolve_model(args.model))
+        if g.get("general.architecture") != "whisper":
+            return f"{args.model} is not a whisper model"
+        model = WhisperModel(g)
+    except (OSError, GGUFError, RuntimeError, KeyError) as e:
+        return f"cannot load model '{args.model}': {e}"
+    if not g.get("whisper.multilingual") and args.language != "en":
+        # whisper.cpp's whisper_full_with_state warning, and it goes on in English
+        print(f"{TOOL}: WARNING: model is not multilingual, ignoring language and translation "
+              "options", file=sys.stderr)
+        args.language = "en"
+    if g.get("whisper.multilingual"):
+        try:
+            language_token(g, args.language)
+        except ValueError as e:
+            return str(e)
+    return g, model
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,21 +63,17 @@ def main(argv: list[str] | None = None) -> int:
     files = args.file + args.inputs
     if not files:
         return fail(TOOL, "no input files (use -f FILE)")
+    if args.language == "auto":
+        return fail(TOOL, "-l auto (language detection) is not supported yet; give a language")
     set_threads(args.threads)
     from ..audio.mel import N_SAMPLES
     from ..audio.transcribe import transcribe_window
     from ..audio.wav import AudioError, load_audio
-    from ..format import GGUFError, open_gguf
-    from ..hub import resolve_model
-    from ..models.whisper import WhisperModel
 
-    try:
-        g = open_gguf(resolve_model(args.model))
-        if g.get("general.architecture") != "whisper":
-            return fail(TOOL, f"{args.model} is not a whisper model")
-        model = WhisperModel(g)
-    except (OSError, GGUFError, RuntimeError, KeyError) as e:
-        return fail(TOOL, f"cannot load model '{args.model}': {e}")
+    loaded = _load(args)
+    if isinstance(loaded, str):
+        return fail(TOOL, loaded)
+    g, model = loaded
     for path in files:
         try:
             audio = load_audio(path)
@@ -58,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             return fail(TOOL, f"{path}: {len(audio) / 16000:.1f} s of audio; only inputs up to "
                               "30 s are supported so far")
         t0 = time.perf_counter()
-        text = transcribe_window(g, model, audio)
+        text = transcribe_window(g, model, audio, args.language)
         print(text.strip(), flush=True)
         print(f"{TOOL}: {path}: {len(audio) / 16000:.1f} s of audio in "
               f"{time.perf_counter() - t0:.2f} s", file=sys.stderr)

