@@ -56,15 +56,48 @@ def prompt_tokens(sp: SpecialTokens, language: int | None = None) -> list[int]:
     return [sp.sot, language, sp.transcribe, sp.no_timestamps]
 
 
+MAX_INITIAL_TIMESTAMP = 50  # 1.0 s in 0.02 s steps (whisper's max_initial_timestamp)
+
+
+def apply_timestamp_rules(logits: np.ndarray, out: list[int], sp: SpecialTokens) -> None:
+    """OpenAI whisper's ApplyTimestampRules (whisper.cpp's whisper_process_logits): timestamps
+    come in pairs and never go back, the first token is a timestamp of at most 1 s, and a
+    timestamp is forced when their total probability beats every text token's."""
+    ts = sp.timestamp_begin
+    last_ts = len(out) >= 1 and out[-1] >= ts
+    penultimate_ts = len(out) < 2 or out[-2] >= ts
+    if last_ts:
+        if penultimate_ts:
+            logits[ts:] = -np.inf  # a pair just closed: text or the end comes next
+        else:
+            logits[:sp.eot] = -np.inf  # a lone timestamp: its partner or the end
+    stamps = [t for t in out if t >= ts]
+    if stamps:
+        floor = stamps[-1] if last_ts and not penultimate_ts else stamps[-1] + 1
+        logits[ts:floor] = -np.inf
+    if not out:
+        logits[:ts] = -np.inf
+        logits[ts + MAX_INITIAL_TIMESTAMP + 1:] = -np.inf
+    finite = logits[np.isfinite(logits)]
+    logprobs = logits - (finite.max() + np.log(np.exp(finite - finite.max()).sum()))
+    ts_mass = np.logaddexp.reduce(logprobs[ts:])
+    if ts_mass > logprobs[:ts].max():
+        logits[:ts] = -np.inf
+
+
 def greedy_tokens(model: WhisperModel, sp: SpecialTokens, mel: np.ndarray,
                   prompt: list[int], suppress_non_speech: bool = True,
                   max_tokens: int | None = None) -> list[int]:
-    """The text tokens (up to <|endoftext|>) of one 3000-frame window, argmax at each step.
-    Suppressed: every special token but <|endoftext|> (timestamps too, as whisper.cpp does with
-    no_timestamps), the non-speech tokens if asked, and blank / end at the first step."""
+    """The tokens (up to <|endoftext|>) of one 3000-frame window, argmax at each step.
+    Suppressed: every special token but <|endoftext|> and the timestamps, the non-speech tokens
+    if asked, and blank / end at the first step. A prompt ending in <|notimestamps|> gets no
+    timestamps (as whisper.cpp's no_timestamps); otherwise the timestamp rules apply."""
+    timestamps = prompt[-1] != sp.no_timestamps
     cache = model.new_cache(model.encode(mel))
     mask = np.zeros(model.args.n_vocab, bool)
     mask[sp.eot + 1:] = True
+    if timestamps:
+        mask[sp.timestamp_begin:] = False
     if suppress_non_speech:
         mask[list(sp.suppress)] = True
     limit = max_tokens or model.args.n_text_ctx // 2  # whisper's sample_len
@@ -74,12 +107,44 @@ def greedy_tokens(model: WhisperModel, sp: SpecialTokens, mel: np.ndarray,
         logits[mask] = -np.inf
         if not out:
             logits[list(sp.suppress_begin)] = -np.inf
+        if timestamps:
+            apply_timestamp_rules(logits, out, sp)
         token = int(np.argmax(logits))
         if token == sp.eot:
             break
         out.append(token)
         logits = model.decode([token], cache)[-1]
     return out
+
+
+@dataclass(frozen=True)
+class Segment:
+    start: float  # seconds
+    end: float  # seconds
+    tokens: tuple[int, ...]  # text tokens only
+
+
+TIME_PRECISION = 0.02  # seconds per timestamp token
+
+
+def window_segments(tokens: list[int], sp: SpecialTokens, offset: float = 0.0,
+                    window_end: float = 30.0) -> list[Segment]:
+    """Timestamp-delimited segments of one window's tokens (<|t0|> text <|t1|> ...); trailing
+    text without its closing timestamp ends at `window_end`, as whisper's last segment does."""
+    segments, start, text = [], None, []
+    for t in tokens:
+        if t >= sp.timestamp_begin:
+            at = offset + (t - sp.timestamp_begin) * TIME_PRECISION
+            if start is not None and text:
+                segments.append(Segment(start, at, tuple(text)))
+                text = []
+            start = at
+        elif t < sp.eot:
+            text.append(t)
+    if text:
+        segments.append(Segment(offset if start is None else start, offset + window_end,
+                                tuple(text)))
+    return segments
 
 
 def tokens_to_text(tokens_text: list[str], ids: list[int]) -> str:
