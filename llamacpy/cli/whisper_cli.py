@@ -1,7 +1,8 @@
 """whisper-cli: speech to text with whisper.cpp's flag names (the first pieces: -m, -f, -t, -l, -nt).
 
-Only the first 30 seconds of each input are transcribed, greedily and without timestamps; the
-other whisper.cpp flags are not implemented yet, so they are refused rather than ignored.
+Greedy decoding at temperature 0 over 30 s windows; segments print as whisper.cpp's console
+output ("[00:00:00.000 --> 00:00:02.560]   text"), or the bare text with -nt. The other
+whisper.cpp flags are not implemented yet, so they are refused rather than ignored.
 """
 
 from __future__ import annotations
@@ -25,8 +26,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-l", "--language", default="en",
                    help="spoken language (default en; 'auto' detection is not implemented yet)")
     p.add_argument("-nt", "--no-timestamps", action="store_true",
-                   help="print text only (the only mode so far)")
+                   help="do not print timestamps")
     return p
+
+
+def console_time(seconds: float) -> str:
+    """whisper.cpp's to_timestamp: HH:MM:SS.mmm, from 10 ms ticks."""
+    ms = round(seconds * 100) * 10
+    return f"{ms // 3600000:02d}:{ms // 60000 % 60:02d}:{ms // 1000 % 60:02d}.{ms % 1000:03d}"
 
 
 def _load(args):
@@ -66,8 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.language == "auto":
         return fail(TOOL, "-l auto (language detection) is not supported yet; give a language")
     set_threads(args.threads)
-    from ..audio.mel import N_SAMPLES
-    from ..audio.transcribe import transcribe_window
+    from ..audio.transcribe import tokens_to_text, transcribe
     from ..audio.wav import AudioError, load_audio
 
     loaded = _load(args)
@@ -79,12 +85,17 @@ def main(argv: list[str] | None = None) -> int:
             audio = load_audio(path)
         except (OSError, AudioError) as e:
             return fail(TOOL, f"cannot read '{path}': {e}")
-        if len(audio) > N_SAMPLES:  # seeking over several windows is not implemented yet
-            return fail(TOOL, f"{path}: {len(audio) / 16000:.1f} s of audio; only inputs up to "
-                              "30 s are supported so far")
         t0 = time.perf_counter()
-        text = transcribe_window(g, model, audio, args.language)
-        print(text.strip(), flush=True)
+        vocab = g.require("tokenizer.ggml.tokens")
+        for seg in transcribe(g, model, audio, args.language):
+            text = tokens_to_text(vocab, list(seg.tokens))
+            if args.no_timestamps:
+                print(text, end="", flush=True)
+            else:
+                print(f"[{console_time(seg.start)} --> {console_time(seg.end)}]  {text}",
+                      flush=True)
+        if args.no_timestamps:
+            print()
         print(f"{TOOL}: {path}: {len(audio) / 16000:.1f} s of audio in "
               f"{time.perf_counter() - t0:.2f} s", file=sys.stderr)
     return 0

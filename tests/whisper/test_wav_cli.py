@@ -91,14 +91,31 @@ def test_cli_refuses_bad_input_and_unknown_flags(tmp_path, capsys):
 def test_cli_prints_the_transcript(tmp_path, capsys, whisper_gguf, whisper_model, speak):
     import subprocess
 
-    from llamacpy.audio.transcribe import transcribe_window
+    from llamacpy.audio.transcribe import tokens_to_text, transcribe
+    from llamacpy.cli.whisper_cli import console_time
 
     path = tmp_path / "s.wav"
-    subprocess.run(["espeak-ng", "-w", str(path), "The quick brown fox jumps over the lazy dog."], check=True)
-    assert main(["-m", "whisper-tiny.en", "-f", str(path), "-t", "1"]) == 0
+    speech = "The quick brown fox jumps over the lazy dog. Please call Stella and ask her."
+    subprocess.run(["espeak-ng", "-w", str(path), speech], check=True)
+    segments = transcribe(whisper_gguf, whisper_model, load_audio(path))
+    texts = [tokens_to_text(whisper_gguf.require("tokenizer.ggml.tokens"), list(s.tokens))
+             for s in segments]
+    assert main(["-m", "whisper-tiny.en", "-f", str(path), "-t", "1", "-nt"]) == 0
     out = capsys.readouterr().out
-    assert out == transcribe_window(whisper_gguf, whisper_model, load_audio(path)).strip() + "\n"
-    assert "lazy dog" in out.lower()
+    assert out == "".join(texts) + "\n" and "lazy dog" in out.lower()
+    assert main(["-m", "whisper-tiny.en", str(path), "-t", "1"]) == 0  # positional input
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"[{console_time(s.start)} --> {console_time(s.end)}]  {t}"
+                     for s, t in zip(segments, texts)]
+    assert lines[0].startswith("[00:00:00.000 --> 00:00:0")
+
+
+def test_console_time_is_whisper_cpp_to_timestamp():
+    from llamacpy.cli.whisper_cli import console_time
+
+    assert console_time(0) == "00:00:00.000"
+    assert console_time(3723.456) == "01:02:03.460"  # 10 ms ticks, as whisper.cpp keeps time
+    assert console_time(59.999) == "00:01:00.000"
 
 
 def test_cli_language_flags(tmp_path, capsys):
