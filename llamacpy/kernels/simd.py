@@ -25,7 +25,9 @@ F32, I8, I16, I32 = ir.FloatType(), ir.IntType(8), ir.IntType(16), ir.IntType(32
 # LLVM does not always find vpmaddwd in the generic pattern of `madd` (it missed it when one
 # operand is a masked byte), so when numba compiles for this AVX2 host `madd` calls the
 # instruction's intrinsic.
-HAS_AVX2 = bool(llvm.get_host_cpu_features().get("avx2", False)) and not numba.config.CPU_NAME
+# (numba compiles for the host unless told otherwise: NUMBA_CPU_NAME is the portable build)
+_FEATURES = llvm.get_host_cpu_features()
+HAS_AVX2 = bool(_FEATURES.get("avx2", False)) and not numba.config.CPU_NAME
 
 
 class VecType(types.Type):
@@ -50,8 +52,10 @@ I16x16 = VecType(types.int16, 16)
 I16x32 = VecType(types.int16, 32)
 I32x16 = VecType(types.int32, 16)
 F32x16 = VecType(types.float32, 16)
-HAS_AVX512BW = bool(llvm.get_host_cpu_features().get("avx512bw", False)) and \
-    not numba.config.CPU_NAME
+HAS_AVX512BW = bool(_FEATURES.get("avx512bw", False)) and not numba.config.CPU_NAME
+# AVX-512 VNNI (vpdpwssd) on zmm; on ymm it also needs AVX-512VL
+HAS_VNNI = HAS_AVX512BW and bool(_FEATURES.get("avx512vnni"))
+HAS_VNNI_YMM = HAS_VNNI and bool(_FEATURES.get("avx512vl"))
 
 
 # ------------------------------------------------------------------------------- IR helpers
@@ -601,12 +605,6 @@ def _madd_ir(builder, a: VecType, out: VecType, x, y):
     return builder.add(even, odd, flags=["nsw"])
 
 
-# vpdpwssd: vpmaddwd and the add in one instruction (AVX-512 VNNI; on ymm also AVX-512VL)
-_FEATURES = llvm.get_host_cpu_features()
-_HAS_VNNI = HAS_AVX512BW and bool(_FEATURES.get("avx512vnni"))
-_HAS_VNNI_YMM = _HAS_VNNI and bool(_FEATURES.get("avx512vl"))
-
-
 @intrinsic
 def dpwssd(typingctx, acc, a, b):
     """acc + madd(a, b): an I32x8 plus the pair sums of two I16x16, or an I32x16 and two I16x32
@@ -615,7 +613,7 @@ def dpwssd(typingctx, acc, a, b):
         return None
 
     def codegen(context, builder, sig, args):
-        if _HAS_VNNI_YMM if acc == I32x8 else _HAS_VNNI:
+        if HAS_VNNI_YMM if acc == I32x8 else HAS_VNNI:
             vt = _vt(acc)
             name = f"llvm.x86.avx512.vpdpwssd.{256 if acc == I32x8 else 512}"
             fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt] * 3),

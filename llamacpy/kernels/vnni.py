@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import threading
 
-import llvmlite.binding as llvm
 import numba
 import numpy as np
 from llvmlite import ir
@@ -35,13 +34,8 @@ from numba.extending import intrinsic
 from ..format.constants import GGMLType
 from .dequant import IQ4_NL_GRID, f16_at, k4_scale_min, ld2, st2
 from .matvec import QMAX
-from .simd import load_u32
+from .simd import HAS_VNNI, load_u32
 from .threading_layer import NOGIL
-
-_FEATURES = llvm.get_host_cpu_features()
-# numba compiles for the host unless told otherwise (NUMBA_CPU_NAME: the portable build)
-HAS_VNNI = bool(_FEATURES.get("avx512vnni") and _FEATURES.get("avx512bw")) and \
-    not numba.config.CPU_NAME
 
 # LLAMACPY_VNNI=0 turns the path off (to compare it with dequantize + sgemm)
 ENABLED = HAS_VNNI and os.environ.get("LLAMACPY_VNNI", "1") != "0"

@@ -334,7 +334,7 @@ def _dpwssd_both(acc8, acc16, a, b, out8, out16):
 @pytest.mark.parametrize("native", [True, False])
 def test_dpwssd_adds_the_pair_sums(monkeypatch, native):
     """vpdpwssd (AVX-512 VNNI) and its vpmaddwd + vpaddd stand-in give acc + the pair sums."""
-    for flag in ("_HAS_VNNI", "_HAS_VNNI_YMM"):
+    for flag in ("HAS_VNNI", "HAS_VNNI_YMM"):
         monkeypatch.setattr(simd, flag, native and getattr(simd, flag))
     fn = njit(cache=False)(_dpwssd_both.py_func)
     rng = np.random.default_rng(8)
