@@ -13,10 +13,11 @@ from .qwen3 import Qwen3Converter
 from .qwen35 import Qwen35Converter
 from .qwen35_vision import Qwen35VisionConverter
 from .safetensors import ConvertError
+from .whisper import WhisperConverter
 
 CONVERTERS: tuple[type[Converter], ...] = (
     LlamaConverter, Qwen2Converter, Qwen3Converter, Gemma3Converter, BertConverter,
-    Qwen35Converter)
+    Qwen35Converter, WhisperConverter)
 MMPROJ_CONVERTERS: tuple[type[Converter], ...] = (Gemma3VisionConverter, Qwen35VisionConverter)
 BY_HF_ARCH = {name: cls for cls in CONVERTERS for name in cls.hf_archs}
 MMPROJ_BY_HF_ARCH = {name: cls for cls in MMPROJ_CONVERTERS for name in cls.hf_archs}
