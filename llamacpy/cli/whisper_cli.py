@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.language == "auto":
         return fail(TOOL, "-l auto (language detection) is not supported yet; give a language")
     set_threads(args.threads)
-    from ..audio.transcribe import tokens_to_text, transcribe
+    from ..audio.transcribe import TranscribeOptions, transcribe
     from ..audio.wav import AudioError, load_audio
 
     loaded = _load(args)
@@ -86,9 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, AudioError) as e:
             return fail(TOOL, f"cannot read '{path}': {e}")
         t0 = time.perf_counter()
-        vocab = g.require("tokenizer.ggml.tokens")
-        for seg in transcribe(g, model, audio, args.language):
-            text = tokens_to_text(vocab, list(seg.tokens))
+        for seg in transcribe(g, model, audio, TranscribeOptions(language=args.language)).segments:
+            text = seg.text
             if args.no_timestamps:
                 print(text, end="", flush=True)
             else:

@@ -133,16 +133,28 @@ class Block:
 
 
 class WhisperCache:
-    """Decoder state for one audio window: self-attention K/V per layer, filled as tokens are
-    decoded, and the cross-attention K/V of the window's encoder output, computed once."""
+    """Decoder state for one audio window: self-attention K/V per sequence (beam or best-of
+    decoder) and layer, filled as tokens are decoded, and the cross-attention K/V of the
+    window's encoder output, computed once and shared by every sequence."""
 
-    def __init__(self, a: WhisperArgs):
-        shape = (a.n_text_layer, a.n_text_ctx, a.n_embd)
-        self.k = np.zeros(shape, np.float32)  # [layer, position, n_embd]
-        self.v = np.zeros(shape, np.float32)  # [layer, position, n_embd]
+    def __init__(self, a: WhisperArgs, n_seq: int = 1):
+        shape = (a.n_text_layer, n_seq, a.n_text_ctx, a.n_embd)
+        self.k = np.zeros(shape, np.float32)  # [layer, sequence, position, n_embd]
+        self.v = np.zeros(shape, np.float32)  # [layer, sequence, position, n_embd]
         self.cross_k: list[np.ndarray] = []  # per layer [n_audio_ctx, n_embd]
         self.cross_v: list[np.ndarray] = []  # per layer [n_audio_ctx, n_embd]
-        self.n_past = 0
+        self.n_past = 0  # every sequence is at the same position (whisper.cpp's decoders)
+
+    def reorder(self, rows: list[int], src: list[int]) -> None:
+        """Sequence rows[i] takes sequence src[i]'s past (whisper_kv_cache_seq_cp on a beam
+        reorder); only the rows that change are copied, and only up to n_past."""
+        moved = [(r, s) for r, s in zip(rows, src) if r != s]
+        if not moved:
+            return
+        n = self.n_past
+        dst, from_ = [r for r, _ in moved], [s for _, s in moved]
+        for kv in (self.k, self.v):
+            kv[:, dst, :n] = kv[:, from_, :n]  # fancy indexing reads a copy first
 
 
 def _conv_as_linear(g: GGUFFile, name: str, kernel: int) -> Linear:
@@ -195,29 +207,65 @@ class WhisperModel:
             x = block.encode(x)
         return self.enc_norm(x)
 
-    def new_cache(self, audio_features: np.ndarray) -> WhisperCache:
-        """A fresh decoder cache for one window, with its cross-attention K/V."""
-        cache = WhisperCache(self.args)
+    def new_cache(self, audio_features: np.ndarray, n_seq: int = 1) -> WhisperCache:
+        """A fresh decoder cache for one window and `n_seq` sequences, with its cross-attention
+        K/V."""
+        cache = WhisperCache(self.args, n_seq)
         for block in self.dec_blocks:
             cache.cross_k.append(block.cross_attn_k(audio_features))
             cache.cross_v.append(block.cross_attn_v(audio_features))
         return cache
 
     def decode(self, tokens: list[int], cache: WhisperCache) -> np.ndarray:
-        """Append `tokens` at cache.n_past; logits float32 [len(tokens), n_vocab]."""
+        """Append `tokens` at cache.n_past to every sequence (a prompt, decoded once);
+        logits float32 [len(tokens), n_vocab]."""
         p0, n = cache.n_past, len(tokens)
-        if p0 + n > self.args.n_text_ctx:
-            raise ValueError(f"decoder context is {self.args.n_text_ctx} tokens; "
-                             f"{p0 + n} requested")
+        self._check_room(p0 + n)
         x = get_rows(self.token_embd, np.asarray(tokens)) + self.dec_pos[p0:p0 + n]
         for il, b in enumerate(self.dec_blocks):
             h = b.attn_norm(x)
-            cache.k[il, p0:p0 + n], cache.v[il, p0:p0 + n] = b.attn_k(h), b.attn_v(h)
-            x = x + b.attn_output(attention(b.attn_q(h), cache.k[il, :p0 + n],
-                                            cache.v[il, :p0 + n], b.n_head, causal_offset=p0))
-            h = b.cross_attn_norm(x)
-            x = x + b.cross_attn_output(attention(b.cross_attn_q(h), cache.cross_k[il],
-                                                  cache.cross_v[il], b.n_head))
-            x = x + b.ffn(x)
+            cache.k[il, :, p0:p0 + n], cache.v[il, :, p0:p0 + n] = b.attn_k(h), b.attn_v(h)
+            x = x + b.attn_output(attention(b.attn_q(h), cache.k[il, 0, :p0 + n],
+                                            cache.v[il, 0, :p0 + n], b.n_head, causal_offset=p0))
+            x = self._cross_and_ffn(b, il, x, cache)
         cache.n_past = p0 + n
         return self.output(self.dec_norm(x))
+
+    def decode_step(self, tokens: list[int], cache: WhisperCache, rows: list[int]) -> np.ndarray:
+        """One token for each of several sequences, in one batch: tokens[i] is appended to
+        sequence rows[i] at cache.n_past; logits float32 [len(rows), n_vocab]."""
+        p, h_ = cache.n_past, self.args.n_head
+        self._check_room(p + 1)
+        x = get_rows(self.token_embd, np.asarray(tokens)) + self.dec_pos[p]
+        for il, b in enumerate(self.dec_blocks):
+            h = b.attn_norm(x)
+            cache.k[il, rows, p], cache.v[il, rows, p] = b.attn_k(h), b.attn_v(h)
+            k, v = cache.k[il, rows, :p + 1], cache.v[il, rows, :p + 1]  # [B, p + 1, D]
+            x = x + b.attn_output(batched_attention(b.attn_q(h), k, v, h_))
+            x = self._cross_and_ffn(b, il, x, cache)
+        cache.n_past = p + 1
+        return self.output(self.dec_norm(x))
+
+    def _cross_and_ffn(self, b: Block, il: int, x: np.ndarray, cache: WhisperCache) -> np.ndarray:
+        h = b.cross_attn_norm(x)
+        x = x + b.cross_attn_output(attention(b.cross_attn_q(h), cache.cross_k[il],
+                                              cache.cross_v[il], b.n_head))
+        return x + b.ffn(x)
+
+    def _check_room(self, n: int) -> None:
+        if n > self.args.n_text_ctx:
+            raise ValueError(f"decoder context is {self.args.n_text_ctx} tokens; {n} requested")
+
+
+def batched_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, n_head: int) -> np.ndarray:
+    """One query per sequence over its own keys: q [B, D], k/v [B, T, D] -> [B, D]."""
+    bsz, t, d = k.shape
+    hd = d // n_head
+    qh = q.reshape(bsz, n_head, 1, hd) * np.float32(hd ** -0.5)
+    kh = k.reshape(bsz, t, n_head, hd).transpose(0, 2, 3, 1)  # [B, H, hd, T]
+    scores = qh @ kh  # [B, H, 1, T]
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    out = scores @ v.reshape(bsz, t, n_head, hd).transpose(0, 2, 1, 3)  # [B, H, 1, hd]
+    return out.reshape(bsz, d)

@@ -91,15 +91,14 @@ def test_cli_refuses_bad_input_and_unknown_flags(tmp_path, capsys):
 def test_cli_prints_the_transcript(tmp_path, capsys, whisper_gguf, whisper_model, speak):
     import subprocess
 
-    from llamacpy.audio.transcribe import tokens_to_text, transcribe
+    from llamacpy.audio.transcribe import transcribe
     from llamacpy.cli.whisper_cli import console_time
 
     path = tmp_path / "s.wav"
     speech = "The quick brown fox jumps over the lazy dog. Please call Stella and ask her."
     subprocess.run(["espeak-ng", "-w", str(path), speech], check=True)
-    segments = transcribe(whisper_gguf, whisper_model, load_audio(path))
-    texts = [tokens_to_text(whisper_gguf.require("tokenizer.ggml.tokens"), list(s.tokens))
-             for s in segments]
+    segments = transcribe(whisper_gguf, whisper_model, load_audio(path)).segments
+    texts = [s.text for s in segments]
     assert main(["-m", "whisper-tiny.en", "-f", str(path), "-t", "1", "-nt"]) == 0
     out = capsys.readouterr().out
     assert out == "".join(texts) + "\n" and "lazy dog" in out.lower()
