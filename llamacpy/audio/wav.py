@@ -89,7 +89,21 @@ def resample(x: np.ndarray, rate_in: int, rate_out: int = SAMPLE_RATE, taps: int
     return out
 
 
+def is_wav(path: str | Path) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(12)
+    return head[:4] == b"RIFF" and head[8:12] == b"WAVE"
+
+
 def load_audio(path: str | Path) -> np.ndarray:
-    """16 kHz mono float32 audio of a WAV file (channels averaged)."""
+    """16 kHz mono float32 audio of a WAV file (channels averaged), or of any other format
+    through ffmpeg when it is on PATH (audio/ffmpeg.py); AudioError saying what went wrong."""
+    from .ffmpeg import FFmpegError, decode_with_ffmpeg
+
+    if not is_wav(path):
+        try:
+            return decode_with_ffmpeg(path)
+        except FFmpegError as e:
+            raise AudioError(f"{path}: not a WAV file, and {e}") from None
     x, rate = read_wav(path)
     return resample(x.mean(axis=1), rate)

@@ -3,7 +3,9 @@ scipy's polyphase resampler; whisper-cli end to end and its refusals."""
 
 from __future__ import annotations
 
+import shutil
 import struct
+import subprocess
 import wave
 
 import numpy as np
@@ -74,6 +76,46 @@ def test_not_a_wav_is_a_clear_error(tmp_path):
     path.write_bytes(b"this is not audio at all")
     with pytest.raises(AudioError, match="not a WAV file"):
         read_wav(path)
+
+
+needs_ffmpeg = pytest.mark.skipif(shutil.which("ffmpeg") is None,
+                                  reason="ffmpeg is not installed (apt-get install ffmpeg)")
+
+
+@needs_ffmpeg
+@pytest.mark.parametrize("ext", ["flac", "mp3", "ogg"])
+def test_other_formats_go_through_ffmpeg(tmp_path, ext):
+    x = _tone(16000, seconds=1.0)[:, 0]
+    wav, other = tmp_path / "t.wav", tmp_path / f"t.{ext}"
+    _write_pcm(wav, x[:, None], 16000, 2)
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-i", str(wav), str(other)], check=True)
+    ours = load_audio(other)
+    assert abs(len(ours) - len(x)) <= 1600  # mp3/ogg add encoder delay and padding
+    if ext == "flac":  # lossless: the same samples to 16-bit rounding
+        np.testing.assert_allclose(ours[:len(x)], x, atol=2e-4)
+    else:  # lossy: the tones' power survives
+        assert abs(float(np.sqrt(np.mean(ours ** 2))) - float(np.sqrt(np.mean(x ** 2)))) < 0.03
+
+
+@needs_ffmpeg
+def test_non_audio_through_ffmpeg_is_a_clear_error(tmp_path):
+    junk = tmp_path / "junk.mp3"
+    junk.write_bytes(bytes(range(256)) * 20)
+    with pytest.raises(AudioError, match=f"^{junk}: not a WAV file, and ffmpeg cannot decode "
+                                         f"it: {junk}: (Invalid data found|Invalid argument)"):
+        load_audio(junk)
+
+
+def test_without_ffmpeg_one_line_says_so(tmp_path, monkeypatch):
+    from llamacpy.audio import ffmpeg
+
+    monkeypatch.setattr(ffmpeg.shutil, "which", lambda name: None)
+    song = tmp_path / "song.mp3"
+    song.write_bytes(b"ID3\x03\x00" + bytes(100))
+    with pytest.raises(AudioError) as e:
+        load_audio(song)
+    assert str(e.value) == f"{song}: not a WAV file, and {ffmpeg.NO_FFMPEG}"
+    assert "\n" not in str(e.value)
 
 
 def test_cli_refuses_bad_input_and_unknown_flags(tmp_path, capsys):
