@@ -19,7 +19,6 @@ from llamacpy.audio.transcribe import TranscribeOptions, transcribe
 from llamacpy.audio.wav import load_audio
 from tests.server.conftest import start_server, stop_server
 
-openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.slow
 
 SENTENCE = "The quick brown fox jumps over the lazy dog."
@@ -52,6 +51,7 @@ def server(tmp_path_factory, whisper_gguf):
 
 @pytest.fixture(scope="module")
 def client(server):
+    openai = pytest.importorskip("openai")
     return openai.OpenAI(base_url=server.url + "/v1", api_key="none")
 
 
