@@ -66,6 +66,7 @@ class TranscribeOptions:
     max_tokens: int = 0  # tokens per segment; 0: no limit
     token_timestamps: bool = False  # not implemented: refused
     audio_ctx: int = 0  # -ac; only 0 (the full 1500) is implemented
+    zero_fill: bool = False  # the last window's tail as zero features (OpenAI, faster-whisper)
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,8 @@ def transcribe(g: GGUFFile, model: WhisperModel, audio: np.ndarray,
     audio = np.asarray(audio, np.float32).reshape(-1)
     duration = len(audio) / 16000
     mel = log_mel_spectrogram(audio, model.args.n_mels, padding=N_SAMPLES)
-    features = _Features(model, mel)
+    features = _Features(model, mel, mel.shape[1] - N_SAMPLES // HOP_LENGTH if o.zero_fill
+                         else None)
     probs = None
     if language == "auto":
         language, probs = detect_language(g, model, sp, features(0))
@@ -169,12 +171,14 @@ def transcribe(g: GGUFFile, model: WhisperModel, audio: np.ndarray,
 class _Features:
     """Encoder output per window start, computed once (language detection reuses window 0)."""
 
-    def __init__(self, model: WhisperModel, mel: np.ndarray):
+    def __init__(self, model: WhisperModel, mel: np.ndarray, content: int | None = None):
         self.model, self.mel, self.cached = model, mel, {}
+        self.content = content  # zero_fill: mel frames of the audio itself, zeros after them
 
     def __call__(self, seek: int) -> np.ndarray:
         if seek not in self.cached:
-            self.cached = {seek: self.model.encode(pad_or_trim(self.mel[:, seek:]))}
+            end = None if self.content is None else max(seek + 1, self.content)
+            self.cached = {seek: self.model.encode(pad_or_trim(self.mel[:, seek:end]))}
         return self.cached[seek]
 
 
