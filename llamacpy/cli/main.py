@@ -17,6 +17,7 @@ TOOLS = {
     "bench": ("bench", "measure prompt and generation speed (llama-bench)"),
     "perplexity": ("perplexity", "perplexity and KL divergence over a text (llama-perplexity)"),
     "warmup": ("warmup", "compile the numba kernels ahead of time (scripts/setup.sh runs it)"),
+    "serve-ray": ("serve_ray", "llama-server's API on a Ray Serve cluster (llamacpy[ray])"),
 }
 PLANNED: dict[str, str] = {}
 

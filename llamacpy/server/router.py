@@ -59,16 +59,17 @@ def refuse_router_flags(args: argparse.Namespace) -> None:
                        f"without -m)")
 
 
-def child_flags(argv: list[str]) -> list[str]:
+def child_flags(argv: list[str], drop: set[str] = ROUTER_DESTS) -> list[str]:
     """The router's command line without what the router keeps or sets per child (its
-    address, API keys, --models-*, --log-file), for every child (llama.cpp's base preset)."""
+    address, API keys, --models-*, --log-file), for every child (llama.cpp's base preset);
+    serve-ray drops -m as well (`drop`)."""
     by_name = {n: f for f in FLAGS if "server" in f.tools for n in f.names}
     out, i = [], 0
     while i < len(argv):
         name, eq, _ = argv[i].partition("=")
         flag = by_name.get(name)
         n = 2 if flag is not None and flag.type is not SWITCH and not eq else 1
-        if flag is None or flag.dest not in ROUTER_DESTS:
+        if flag is None or flag.dest not in drop:
             out += argv[i:i + n]
         i += n
     return out

@@ -1,0 +1,70 @@
+"""llamacpy serve-ray: llama-server's API on a Ray Serve application.
+
+usage: llamacpy serve-ray (-m MODEL | --models-dir DIR | --models-preset FILE)
+                          [--replicas N | --autoscale MIN:MAX] [--target-ongoing-requests R]
+                          [--max-ongoing-requests N] [--num-cpus C] [--address ADDR]
+                          [--host HOST] [--port PORT] [llama-server flags...]
+
+Starts a local Ray instance (or joins the cluster at --address, else $RAY_ADDRESS), then the
+application: an ingress on --host:--port that answers as llama-server does, and N replicas of
+the model deployment (C CPUs each, -t C threads unless -t is given), each serving up to
+--models-max models by name. Needs `pip install llamacpy[ray]`. docs/SCALING.md has more.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+APP_NAME = "llamacpy"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        import ray
+        from ray import serve
+    except ImportError:
+        print("llamacpy serve-ray: error: Ray Serve is not installed: pip install "
+              "'llamacpy[ray]'", file=sys.stderr)
+        return 1
+    from ..serve_ray.app import build
+    from ..serve_ray.config import PROG, config_from_argv
+
+    cfg = config_from_argv(argv, __doc__)
+    ray.init(address=cfg.address, include_dashboard=False, logging_level="WARNING",
+             log_to_driver=False)
+    try:
+        serve.start(http_options={"host": cfg.host, "port": cfg.port,
+                                  "keep_alive_timeout_s": cfg.timeout})
+        serve.run(build(cfg), name=APP_NAME, route_prefix="/")
+        print(f"{PROG}: serving {', '.join(cfg.models)} on http://{cfg.host}:{cfg.port} "
+              f"({replicas_text(cfg)}); Ctrl-C stops", file=sys.stderr, flush=True)
+        wait_for_signal()
+    finally:
+        if cfg.address:  # a shared cluster: remove our application only
+            serve.delete(APP_NAME)
+        else:
+            serve.shutdown()
+        ray.shutdown()
+    return 0
+
+
+def replicas_text(cfg) -> str:
+    if cfg.autoscale is not None:
+        return f"{cfg.autoscale[0]} to {cfg.autoscale[1]} replicas, autoscaled"
+    return f"{cfg.replicas} replica{'s' if cfg.replicas > 1 else ''}"
+
+
+def wait_for_signal() -> None:
+    """Block until SIGINT or SIGTERM."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(1.0):
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
