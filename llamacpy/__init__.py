@@ -7,5 +7,6 @@ import os
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 from .llama import Llama, LlamaDraftModel, LlamaGrammar, LlamaPromptLookupDecoding  # noqa: E402
+from .whisper import Whisper  # noqa: E402
 
 __version__ = "0.1.0"
