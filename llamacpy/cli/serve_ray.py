@@ -22,26 +22,29 @@ APP_NAME = "llamacpy"
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    from ..serve_ray.config import PROG, config_from_argv
+
+    cfg = config_from_argv(argv, __doc__)  # a bad command line ends here, before Ray starts
     try:
         import ray
         from ray import serve
     except ImportError:
-        print("llamacpy serve-ray: error: Ray Serve is not installed: pip install "
-              "'llamacpy[ray]'", file=sys.stderr)
+        print(f"{PROG}: error: Ray Serve is not installed: pip install 'llamacpy[ray]'",
+              file=sys.stderr)
         return 1
     from ..serve_ray.app import build
-    from ..serve_ray.config import PROG, config_from_argv
 
-    cfg = config_from_argv(argv, __doc__)
     ray.init(address=cfg.address, include_dashboard=False, logging_level="WARNING",
              log_to_driver=False)
+    stop = stop_on_signals()  # after ray.init, which installs handlers of its own
     try:
         serve.start(http_options={"host": cfg.host, "port": cfg.port,
                                   "keep_alive_timeout_s": cfg.timeout})
         serve.run(build(cfg), name=APP_NAME, route_prefix="/")
         print(f"{PROG}: serving {', '.join(cfg.models)} on http://{cfg.host}:{cfg.port} "
               f"({replicas_text(cfg)}); Ctrl-C stops", file=sys.stderr, flush=True)
-        wait_for_signal()
+        while not stop.wait(1.0):
+            pass
     finally:
         if cfg.address:  # a shared cluster: remove our application only
             serve.delete(APP_NAME)
@@ -57,13 +60,12 @@ def replicas_text(cfg) -> str:
     return f"{cfg.replicas} replica{'s' if cfg.replicas > 1 else ''}"
 
 
-def wait_for_signal() -> None:
-    """Block until SIGINT or SIGTERM."""
+def stop_on_signals() -> threading.Event:
+    """An event that SIGINT or SIGTERM sets."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(1.0):
-        pass
+    return stop
 
 
 if __name__ == "__main__":

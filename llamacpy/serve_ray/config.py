@@ -125,10 +125,12 @@ def served_models(args: argparse.Namespace, argv: list[str]) -> tuple[dict, list
     """name -> ModelSpec, and the flags every replica gets; the flags are checked now, as a
     replica would check them at its load."""
     from ..cli.server import server_config
-    from ..server.router import check_child_flags, child_flags, refuse_router_flags
+    from ..server.router import ROUTER_ONLY, check_child_flags, child_flags
 
     if args.model:
-        refuse_router_flags(args)
+        for dest in ROUTER_ONLY:
+            if dest in args.given:
+                fail(PROG, f"{flag_name(dest)} goes with --models-dir: -m serves one model")
         cfg = server_config(args)  # resolves (or pulls) the model, checks every flag
         name = cfg.alias or cfg.model_path.rsplit("/", 1)[-1]
         flags = child_flags(argv, ROUTER_DESTS | {"model"})

@@ -47,7 +47,7 @@ def test_package_imports_without_ray():
             "sys.meta_path.insert(0, NoRay())\n"
             "import llamacpy.serve_ray, llamacpy.serve_ray.config, llamacpy.cli.main\n"
             "from llamacpy.cli import serve_ray\n"
-            "sys.exit(serve_ray.main(['-m', 'x']))\n")
+            "sys.exit(serve_ray.main(['-m', 'smollm2-135m']))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                        check=False)
     assert r.returncode == 1 and "pip install 'llamacpy[ray]'" in r.stderr
