@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 import ray
 from ray import serve
+from starlette._utils import get_route_path
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -243,8 +244,18 @@ def build_ingress_app(ing: Ingress):
     gate = Gate if cfg.single else router.RouterGate  # several models: only /health is public
     guarded = gate(app, SimpleNamespace(api_keys=keys, ready=True))
     ollama_routes = [(p, None, m) for p, _, m in ollama.ROUTES]
-    return OllamaGuard(guarded, keys, cfg.host, **({} if cfg.single else {"public": set()}),
-                       routes=ollama_routes)
+    return without_prefix(OllamaGuard(guarded, keys, cfg.host, routes=ollama_routes,
+                                      **({} if cfg.single else {"public": set()})))
+
+
+def without_prefix(app):
+    """Under a route_prefix (`serve run` with several applications) the routes, the key
+    check and the replicas see llama-server's own paths."""
+    async def wrapped(scope, receive, send):
+        if scope["type"] == "http" and scope.get("root_path"):
+            scope = {**scope, "path": get_route_path(scope) or "/", "root_path": ""}
+        await app(scope, receive, send)
+    return wrapped
 
 
 @serve.deployment(name="Ingress", max_ongoing_requests=INGRESS_MAX_ONGOING,

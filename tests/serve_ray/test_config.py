@@ -151,3 +151,18 @@ def test_asgi_call_answers_and_cancels():
         assert seen.get("closed")
 
     asyncio.run(run())
+
+
+def test_route_prefix_is_stripped():
+    pytest.importorskip("ray.serve")
+    from llamacpy.serve_ray.ingress import without_prefix
+
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append((scope["path"], scope["root_path"]))
+
+    scope = {"type": "http", "path": "/r1/v1/models", "root_path": "/r1"}
+    asyncio.run(without_prefix(app)(scope, None, None))
+    asyncio.run(without_prefix(app)({**scope, "path": "/r1"}, None, None))
+    assert seen == [("/v1/models", ""), ("/", "")]
