@@ -105,6 +105,10 @@ async def relay(parts, name: str, kind: str):
 
 
 def reason(e: BaseException) -> str:
+    """What went wrong, in one line: a replica's own exception (a model that fails to load)
+    rather than Ray's wrapper around it."""
+    cause = getattr(e, "cause", None) if isinstance(e, ray.exceptions.RayTaskError) else None
+    e = cause or e
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
@@ -181,8 +185,12 @@ async def tags(request: Request) -> Response:
     ing = ingress_of(request)
     if ing.cfg.single:
         return await forward_get(request)
-    entries = [await ollama_router.file_entry(SimpleNamespace(spec=spec, name=name))
-               for name, spec in ing.cfg.models.items()]
+    entries = []
+    for name, spec in ing.cfg.models.items():
+        try:
+            entries.append(await ollama_router.file_entry(SimpleNamespace(spec=spec, name=name)))
+        except (OSError, ValueError, KeyError):
+            continue  # not a readable GGUF file: no model to list (a request for it says why)
     return JSONResponse({"models": entries})
 
 

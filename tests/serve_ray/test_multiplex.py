@@ -20,6 +20,7 @@ def app(model_paths, tmp_path_factory):
     folder = tmp_path_factory.mktemp("models")
     (folder / "smol.gguf").symlink_to(model_paths["smollm2-135m"])
     (folder / "gemma.gguf").symlink_to(model_paths["gemma3-270m"])
+    (folder / "broken.gguf").write_bytes(b"GGUF" + bytes(60))  # not a model
     app = start_app(["--models-dir", str(folder), "--models-max", "1", "--replicas", "1",
                      "-t", "1", "-np", "2", "-c", "2048", "--metrics"], name="multiplexed")
     yield app
@@ -76,6 +77,14 @@ def test_unknown_and_missing_models(app):
     assert r.json()["error"]["message"] == "model name is missing from the request"
     r = httpx.post(f"{app.url}/api/chat", json={"model": "nope", "messages": CHAT})
     assert r.status_code == 404 and r.json() == {"error": "model 'nope' not found"}
+
+
+def test_a_model_that_fails_to_load_fails_its_request_only(app):
+    r = chat(app, "broken")
+    err = r.json()["error"]
+    assert r.status_code == 503 and err["type"] == "unavailable_error"
+    assert err["message"].startswith("the replica serving model 'broken' failed: ")
+    assert chat(app, "smol").status_code == 200
 
 
 def test_ollama_routes(app):
