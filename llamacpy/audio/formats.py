@@ -12,6 +12,16 @@ import struct
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from ..tokenizer.unicode import CHAR_TO_BYTE
+
+# whisper.cpp's g_lang, in id order (the same as OpenAI whisper's LANGUAGES)
+_LANGUAGE_CODES = (
+    "en zh de es ru ko fr ja pt tr pl ca nl ar sv it id hi fi vi he uk el ms cs ro da hu ta no "
+    "th ur hr bg lt la mi ml cy sk te fa lv bn sr az sl kn et mk br eu is hy ne mn bs kk sq sw "
+    "gl mr pa si km sn yo so af oc ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl "
+    "mg as tt haw ln ha ba jw su yue")
+LANGUAGES = _LANGUAGE_CODES.split()
+
 
 class Segment(Protocol):
     start: float  # seconds
@@ -150,3 +160,22 @@ def _json_value(out: list[str], key: str, value: Any, indent: int, last: bool) -
 def to_score(tokens: Sequence[tuple[str, float]]) -> str:
     """output_score (-ls): each token's text, a tab and its probability."""
     return "".join(f"{text}\t{c_float(p)}\n" for text, p in tokens)
+
+
+def cpp_token_bytes(vocab: list[str], sp, token_id: int) -> bytes:
+    """whisper_token_to_str as whisper.cpp's own model files give it: the text of a text token,
+    and for ids from <|endoftext|> on the names whisper_model_load makes up ([_BEG_], [_TT_n],
+    [_LANG_en], ...), which -ojf, -ps and -pc print. `sp` is audio.vocab.SpecialTokens."""
+    if token_id < sp.eot:
+        return bytes(CHAR_TO_BYTE[ch] for ch in vocab[token_id])
+    if token_id > sp.timestamp_begin:
+        return f"[_TT_{token_id - sp.timestamp_begin}]".encode()
+    names = {sp.eot: "EOT", sp.sot: "SOT", sp.translate: "TRANSLATE", sp.transcribe: "TRANSCRIBE",
+             sp.sot_lm: "SOLM", sp.sot_prev: "PREV", sp.no_speech: "NOSP",
+             sp.no_timestamps: "NOT", sp.timestamp_begin: "BEG"}
+    if token_id in names:
+        return f"[_{names[token_id]}_]".encode()
+    lang = token_id - sp.sot - 1
+    if 0 <= lang < len(LANGUAGES) and token_id < sp.translate:
+        return f"[_LANG_{LANGUAGES[lang]}]".encode()
+    return f"[_extra_token_{token_id}]".encode()

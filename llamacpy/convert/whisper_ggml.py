@@ -20,6 +20,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from ..audio.formats import LANGUAGES
 from ..format import GGMLType, GGUFError, GGUFFile, GGUFTensor
 from ..format.constants import block_geometry, type_name
 from ..tokenizer.unicode import BYTE_TO_CHAR
@@ -28,13 +29,6 @@ GGML_MAGIC = 0x67676D6C  # "ggml"
 QNT_VERSION_FACTOR = 1000  # ggml.h GGML_QNT_VERSION_FACTOR
 HPARAMS = ("n_vocab", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer",
            "n_text_ctx", "n_text_state", "n_text_head", "n_text_layer", "n_mels", "ftype")
-# whisper.cpp's g_lang, in id order (the same as OpenAI whisper's LANGUAGES)
-_LANGUAGE_CODES = (
-    "en zh de es ru ko fr ja pt tr pl ca nl ar sv it id hi fi vi he uk el ms cs ro da hu ta no "
-    "th ur hr bg lt la mi ml cy sk te fa lv bn sr az sl kn et mk br eu is hy ne mn bs kk sq sw "
-    "gl mr pa si km sn yo so af oc ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl "
-    "mg as tt haw ln ha ba jw su yue")
-LANGUAGES = _LANGUAGE_CODES.split()
 # whisper_process_logits' non_speech_tokens (suppressed as they are and after a space)
 _NON_SPEECH_SYMBOLS = (
     '" # ( ) * + / : ; < = > @ [ \\ ] ^ _ ` { | } ~ 「 」 『 』 << >> <<< >>> -- --- -( -[ (\' ("'
@@ -250,3 +244,11 @@ def load_ggml_whisper(path: str | Path) -> GGMLWhisperFile:
         raise GGUFError(f"{path}: the model file holds no tensors")
     name = Path(path).stem.removeprefix("ggml-")
     return GGMLWhisperFile(path, _metadata(hp, words, name), tensors, filters)
+
+
+def open_whisper_file(path: str | Path) -> GGUFFile:
+    """A whisper model file of either kind: whisper.cpp's ggml-*.bin (read into memory) or
+    our GGUF (mapped)."""
+    from ..format import open_gguf
+
+    return load_ggml_whisper(path) if is_ggml_whisper(path) else open_gguf(path)
