@@ -50,6 +50,48 @@ _BLOCK = {"attn_ln": "attn_norm", "attn.query": "attn_q", "attn.key": "attn_k",
 _BLOCK_RE = re.compile(r"(encoder|decoder)\.blocks\.(\d+)\.(.+)\.(weight|bias)")
 
 
+class _Metadata(dict):
+    """Metadata whose BPE merges are worked out on first use (seconds of work, and only a
+    --prompt needs them)."""
+
+    def __contains__(self, key) -> bool:
+        return super().__contains__(key) or key == MERGES_KEY
+
+    def __missing__(self, key):
+        if key != MERGES_KEY:
+            raise KeyError(key)
+        self[key] = bpe_merges(self["tokenizer.ggml.tokens"][:self["whisper.token.eot"]])
+        return self[key]
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default  # noqa: SIM401 (dict.get skips __missing__)
+
+
+MERGES_KEY = "tokenizer.ggml.merges"
+
+
+def bpe_merges(tokens: list[str]) -> list[str]:
+    """GPT-2's merges from a vocabulary in rank order (the file keeps no merges): each token's
+    last merge is what byte-pair encoding of its text with the earlier tokens leaves as two
+    parts (as tiktoken's ranks are turned into merges). Gives GPT-2's 50000 merges exactly."""
+    rank = {t: i for i, t in enumerate(tokens)}
+    merges = []
+    for r, tok in enumerate(tokens):
+        parts = list(tok)
+        while len(parts) > 2:
+            best, at = r, -1
+            for i in range(len(parts) - 1):
+                k = rank.get(parts[i] + parts[i + 1], r)
+                if k < best:
+                    best, at = k, i
+            if at < 0:
+                break
+            parts[at:at + 2] = [parts[at] + parts[at + 1]]
+        if len(parts) == 2:
+            merges.append(f"{parts[0]} {parts[1]}")
+    return merges
+
+
 class GGMLWhisperFile(GGUFFile):
     """A whisper.cpp model file held in memory behind GGUFFile's interface (metadata keys and
     tensor names of our whisper GGUF), so WhisperModel loads it unchanged."""
@@ -57,7 +99,7 @@ class GGMLWhisperFile(GGUFFile):
     def __init__(self, path: str, metadata: dict, tensors: dict[str, GGUFTensor],
                  mel_filters: np.ndarray):
         self.path, self.load_mode, self.locked = path, "none", 0
-        self.metadata, self.value_types, self.tensors = metadata, {}, tensors
+        self.metadata, self.value_types, self.tensors = _Metadata(metadata), {}, tensors
         self.parts, self.version, self.alignment = [], 0, 1
         self.mel_filters = mel_filters  # float32 [n_mel, n_fft // 2 + 1], as the file holds them
 

@@ -186,3 +186,36 @@ def test_pywhispercpp_segments_give_whisper_cpp_files(clip, tmp_path):
     segs = pywhispercpp_segments(wav)
     for ext, write in WRITERS.items():
         assert write(segs).encode() == golden(clip + ext), ext
+
+
+def test_token_times_equal_whisper_cpp(whisper_gguf, whisper_model, tmp_path):
+    """On a clip where our decoder picks whisper.cpp's tokens, the token times of the same
+    segments (whisper.cpp's ends: its F16 arithmetic picks the closing timestamp a step apart)
+    equal whisper.cpp's -ojf times."""
+    import dataclasses
+
+    from llamacpy.audio.token_times import with_token_times
+    from llamacpy.audio.transcribe import transcribe
+    from llamacpy.audio.vocab import SpecialTokens
+    from llamacpy.audio.wav import load_audio
+
+    from .whispercpp_golden.regenerate import TIMING_CLIP, speech
+
+    if shutil.which("espeak-ng") is None or shutil.which("ffmpeg") is None:
+        pytest.skip("espeak-ng and ffmpeg make the test speech")
+    name, text = TIMING_CLIP
+    wav = tmp_path / f"{name}.wav"
+    speech(text, str(wav))
+    if hashlib.sha256(wav.read_bytes()).hexdigest() != golden(f"{name}.wav.sha256").decode().strip():
+        pytest.skip("espeak-ng / ffmpeg here make other audio than the golden files were made of")
+    audio = load_audio(wav)
+    ours = transcribe(whisper_gguf, whisper_model, audio).segments
+    _, theirs = read_json(f"{name}.json")
+    assert [[t.id for t in s.tokens][:-1] for s in ours] == \
+        [[t.id for t in s.tokens][:-1] for s in theirs]
+    same_ends = [dataclasses.replace(s, end=t.end) for s, t in zip(ours, theirs)]
+    timed = with_token_times(same_ends, audio, whisper_gguf.require("tokenizer.ggml.tokens"),
+                             SpecialTokens.from_gguf(whisper_gguf))
+    got = [(round(t.t0 * 100), round(t.t1 * 100)) for s in timed for t in s.tokens]
+    want = [(round(t.t0 * 100), round(t.t1 * 100)) for s in theirs for t in s.tokens]
+    assert got == want

@@ -137,3 +137,9 @@ def test_unknown_tensor_and_bad_type_are_refused(ggml_path, tmp_path):
     typed.write_bytes(bytes(data))
     with pytest.raises(GGUFError, match="unknown type 99"):
         load_ggml_whisper(typed)
+
+
+def test_merges_are_worked_out_as_gpt2_s(ggml_file, whisper_gguf):
+    assert "tokenizer.ggml.merges" in ggml_file.metadata  # made on first use
+    assert list(ggml_file.metadata["tokenizer.ggml.merges"]) == \
+        list(whisper_gguf.metadata["tokenizer.ggml.merges"])  # tokenizer.json's 50000

@@ -36,6 +36,10 @@ CLIPS = {  # name -> what espeak-ng says
                    "evening. Smoky fires lack flame and heat. The soft cushion broke the "
                    "man's fall.",
 }
+# a clip on which our decoder picks whisper.cpp's tokens: its -ojf token times are the reference
+# for audio/token_times.py
+TIMING_CLIP = ("fox", "The quick brown fox jumps over the lazy dog. She sells sea shells by "
+                      "the sea shore.")
 RUNS = {  # output name suffix -> whisper-cli flags (-of NAME+suffix)
     "": ["-otxt", "-osrt", "-ovtt", "-ocsv", "-olrc", "-ojf", "-ls"],
     ".oj": ["-oj"],
@@ -65,13 +69,13 @@ def main() -> None:
     model = ggml_tiny_en(unpacked_ct2_folder("whisper-tiny.en"))
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copy(model, f"{tmp}/ggml-tiny.en.bin")
-        for name, text in CLIPS.items():
+        for name, text in [*CLIPS.items(), TIMING_CLIP]:
             if sys.argv[1:] and name not in sys.argv[1:]:
                 continue
             speech(text, f"{tmp}/{name}.wav")
             digest = hashlib.sha256(Path(f"{tmp}/{name}.wav").read_bytes()).hexdigest()
             (HERE / f"{name}.wav.sha256").write_text(digest + "\n")
-            for suffix, flags in RUNS.items():
+            for suffix, flags in (RUNS if name in CLIPS else {"": ["-ojf"]}).items():
                 run = subprocess.run([cli, "-m", "ggml-tiny.en.bin", "-f", f"{name}.wav", "-t",
                                       "2", "-of", name + suffix, *flags], cwd=tmp, check=True,
                                      capture_output=True)
