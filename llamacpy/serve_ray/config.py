@@ -19,6 +19,9 @@ from ..hub.models_dir import ROUTER_DESTS, ModelSpec, PresetError, discover
 
 PROG = "llamacpy serve-ray"
 INGRESS_MAX_ONGOING = 1024  # HTTP requests one ingress replica relays at once
+# our deployments never block their event loop (loads and engines run in threads), so Serve
+# need not hand every streamed chunk between its loop and a user-code thread
+SERVE_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
 REFUSED = {  # dest -> why serve-ray cannot honour it
     "models_autoload": "Serve loads a model on a replica when a request names it",
     "sleep_idle_seconds": "Serve keeps each replica's models until its LRU limit evicts them",
@@ -53,9 +56,8 @@ class AppConfig:
     def model_options(self) -> dict:
         """The model deployment's Serve options."""
         opts = {"max_ongoing_requests": self.max_ongoing or 2 * self.n_parallel,
-                "ray_actor_options": {"num_cpus": self.num_cpus}}
-        if self.env:
-            opts["ray_actor_options"]["runtime_env"] = {"env_vars": self.env}
+                "ray_actor_options": {"num_cpus": self.num_cpus,
+                                      "runtime_env": {"env_vars": {**SERVE_ENV, **self.env}}}}
         if self.autoscale is None:
             opts["num_replicas"] = self.replicas
         else:

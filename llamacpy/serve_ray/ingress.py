@@ -35,7 +35,7 @@ from ..server.params import parse_body
 from ..server.router_models import RouterError
 from .asgi import HOP_HEADERS
 from .board import BEAT, board
-from .config import INGRESS_MAX_ONGOING, AppConfig
+from .config import INGRESS_MAX_ONGOING, SERVE_ENV, AppConfig
 from .prometheus import aggregate
 
 SCRAPE_WAIT = 2 * BEAT + 1.0  # seconds /metrics waits for every live replica's post
@@ -267,7 +267,7 @@ def without_prefix(app):
 
 
 @serve.deployment(name="Ingress", max_ongoing_requests=INGRESS_MAX_ONGOING,
-                  ray_actor_options={"num_cpus": 0})
+                  ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": SERVE_ENV}})
 @serve.ingress()
 class Ingress:
     """The HTTP front: llama-server's routes over the model deployment's replicas."""

@@ -38,7 +38,8 @@ def test_single_model_flags(model_paths):
     assert cfg.api_keys == ["a", "b"] and cfg.port == 9000
     opts = cfg.model_options()
     assert opts["num_replicas"] == 3 and opts["max_ongoing_requests"] == 8
-    assert opts["ray_actor_options"] == {"num_cpus": 1.0}
+    assert opts["ray_actor_options"] == {"num_cpus": 1.0, "runtime_env": {"env_vars": {
+        "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}}}
 
 
 def test_autoscaling_options_are_servable(model_paths):
