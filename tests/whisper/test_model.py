@@ -31,7 +31,7 @@ def test_gelu_kernel_matches_twin_and_torch():
     x = np.random.default_rng(0).standard_normal(5000).astype(np.float32) * 4
     ref = torch.nn.functional.gelu(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(gelu_reference(x), ref, rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(gelu(x.copy()), ref, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(gelu(x.copy()), ref, rtol=1e-6, atol=2e-6)  # rational erf
 
 
 def test_encoder_matches_ctranslate2(whisper_model, ct2_model):
