@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tarfile
@@ -143,3 +144,69 @@ def test_merges_are_worked_out_as_gpt2_s(ggml_file, whisper_gguf):
     assert "tokenizer.ggml.merges" in ggml_file.metadata  # made on first use
     assert list(ggml_file.metadata["tokenizer.ggml.merges"]) == \
         list(whisper_gguf.metadata["tokenizer.ggml.merges"])  # tokenizer.json's 50000
+
+
+QUANTIZE_SKIP = {"encoder.conv1.bias", "encoder.conv2.bias", "encoder.positional_embedding",
+                 "decoder.positional_embedding"}  # whisper.cpp examples/quantize's to_skip
+
+
+def _tensors_start(data: bytes) -> int:
+    """Where the first tensor header begins: after hparams, mel filters and vocabulary."""
+    n_mel, n_fft = struct.unpack_from("<2i", data, 48)
+    pos = 56 + 4 * n_mel * n_fft
+    (n_words,) = struct.unpack_from("<i", data, pos)
+    pos += 4
+    for _ in range(n_words):
+        pos += 4 + struct.unpack_from("<i", data, pos)[0]
+    return pos
+
+
+def write_q8_0(src: Path, out: Path) -> None:
+    """whisper-quantize's ggml_common_quantize_0 for q8_0, in Python: ftype 2 * 1000 + 7 in
+    the header, every 2-D tensor but the skipped ones as Q8_0 blocks, the rest as they are."""
+    from llamacpy.quants import dequantize, quantize
+
+    data = src.read_bytes()
+    pos = _tensors_start(data)
+    parts = [data[:44], struct.pack("<i", 2007), data[48:pos]]
+    while pos < len(data):
+        n_dims, length, ttype = struct.unpack_from("<3i", data, pos)
+        ne = struct.unpack_from(f"<{n_dims}i", data, pos + 12)
+        start = pos + 12 + 4 * n_dims + length
+        name = data[start - length:start]
+        end = start + int(np.prod(ne)) * (2 if ttype == 1 else 4)
+        body = data[start:end]
+        if n_dims == 2 and name.decode() not in QUANTIZE_SKIP:
+            x = dequantize(np.frombuffer(body, np.uint8), ttype, ne)
+            body, ttype = quantize(x, 8).tobytes(), 8
+        parts += [struct.pack(f"<{3 + n_dims}i", n_dims, length, ttype, *ne), name, body]
+        pos = end
+    out.write_bytes(b"".join(parts))
+
+
+WHISPER_QUANTIZE = CACHE / "whisper.cpp" / "whisper-quantize"  # built from the sdist, if at all
+
+
+def test_quantized_file_runs_like_f16(ggml_path, ggml_file, tmp_path, speak):
+    from llamacpy.audio.mel import N_SAMPLES, log_mel_spectrogram, pad_or_trim
+    from llamacpy.models.whisper import WhisperModel
+
+    q8 = tmp_path / "ggml-tiny.en-q8_0.bin"
+    write_q8_0(ggml_path, q8)
+    if WHISPER_QUANTIZE.exists():  # whisper.cpp's own quantizer writes the same bytes
+        ref = tmp_path / "ref.bin"
+        subprocess.run([str(WHISPER_QUANTIZE), str(ggml_path), str(ref), "q8_0"], check=True,
+                       capture_output=True)
+        assert ref.read_bytes() == q8.read_bytes()
+    g = load_ggml_whisper(q8)
+    assert g.get("general.file_type") == 7
+    assert g.tensors["enc.blk.0.attn_q.weight"].ggml_type.name == "Q8_0"
+    assert g.tensors["enc.conv1.weight"].ggml_type.name == "F16"
+    mel = pad_or_trim(log_mel_spectrogram(speak("Good morning."), 80, padding=N_SAMPLES))
+    prompt = [50257, 50362, 464, 2068]
+    logits = []
+    for f in (ggml_file, g):
+        m = WhisperModel(f)
+        logits.append(m.decode(prompt, m.new_cache(m.encode(mel))))
+    assert (logits[0].argmax(-1) == logits[1].argmax(-1)).all()
+    assert np.abs(logits[0] - logits[1]).max() < 0.05 * np.abs(logits[0]).max()
