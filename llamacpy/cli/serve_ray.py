@@ -22,6 +22,9 @@ APP_NAME = "llamacpy"
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if {"-h", "--help"} & set(argv):
+        print(__doc__.strip() + "\n\nllama-server's flags: `llama-server --help`.")
+        return 0
     from ..serve_ray.config import PROG, config_from_argv
 
     cfg = config_from_argv(argv, __doc__)  # a bad command line ends here, before Ray starts

@@ -31,6 +31,12 @@ def test_bad_command_line_is_one_line():
                           "MIN:MAX, not both"
 
 
+def test_help_names_its_own_flags():
+    p = subprocess.run([sys.executable, "-m", "llamacpy", "serve-ray", "--help"],
+                       capture_output=True, text=True, check=False)
+    assert p.returncode == 0 and "--autoscale MIN:MAX" in p.stdout and "--address" in p.stdout
+
+
 def test_serves_and_stops_on_sigterm(model_paths):
     port = free_port()
     p = serve_ray("-m", str(model_paths["smollm2-135m"]), "--port", str(port), "-c", "1024")
