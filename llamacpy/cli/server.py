@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.model:  # router mode: every model of the cache, --models-dir, --models-preset
         return router.main(args, argv)
     router.refuse_router_flags(args)
-    from .whisper_server import is_whisper, serve_llama_server
+    from ..server.audio import is_whisper
+    from .whisper_server import serve_llama_server
 
     if is_whisper(args.model):  # speech to text: the audio routes (server/audio.py)
         return serve_llama_server(args)

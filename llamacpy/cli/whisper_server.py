@@ -167,29 +167,13 @@ def serve(cfg, host: str, port: int, timeout: int = 600, n_threads_http: int = -
     return exit_code[0]
 
 
-# llama-server flags that mean something for a whisper model; the others are refused
-LLAMA_SERVER_FLAGS = {"model", "alias", "api_key", "api_key_file", "host", "port", "threads",
-                      "threads_http", "timeout", "verbose", "verbosity", "log_disable", "warmup"}
-
-
-def is_whisper(model: str | None) -> bool:
-    """Whether -m names a whisper GGUF (one header read; any failure: not one)."""
-    from ..format import GGUFError, open_gguf
-    from ..hub import resolve_model
-
-    try:
-        with open_gguf(resolve_model(model)) as g:
-            return g.get("general.architecture") == "whisper"
-    except (OSError, GGUFError, ValueError, KeyError, TypeError):
-        return False
-
-
 def llama_server_flags(given: set[str]) -> str | None:
     """The first flag llama-server was given that a whisper model cannot take, as a message."""
+    from ..server.audio import SPEECH_FLAGS
     from .args import FLAGS
 
     for f in FLAGS:
-        if "server" in f.tools and f.dest in given and f.dest not in LLAMA_SERVER_FLAGS:
+        if "server" in f.tools and f.dest in given and f.dest not in SPEECH_FLAGS:
             return f"{f.names[-1]} does not apply to a speech-to-text (whisper) model"
     return None
 

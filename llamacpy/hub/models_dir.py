@@ -63,11 +63,10 @@ def is_draft(name: str) -> bool:
 
 def cached_models() -> dict[str, ModelSpec]:
     """Catalogue models already in the cache (what `llamacpy pull` put there), by their name;
-    not the speech models, which llama-server cannot serve (whisper-cli runs them)."""
+    the speech models too (their llama-server answers the audio routes)."""
     root = cache_dir()
     return {e.name: ModelSpec(e.name, "cache", str(root / e.file))
-            for e in CATALOG.values()
-            if (root / e.file).is_file() and e.source_format != "ctranslate2-whisper"}
+            for e in CATALOG.values() if (root / e.file).is_file()}
 
 
 def scan_models_dir(folder: str | Path) -> dict[str, ModelSpec]:

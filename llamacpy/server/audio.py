@@ -158,6 +158,23 @@ class AudioState:
         self.worker.stop()
 
 
+# llama-server flags that mean something for a whisper model (llama-server refuses the others)
+SPEECH_FLAGS = {"model", "alias", "api_key", "api_key_file", "host", "port", "threads",
+                "threads_http", "timeout", "verbose", "verbosity", "log_disable", "warmup"}
+
+
+def is_whisper(model: str | None) -> bool:
+    """Whether a path or catalogue name is a whisper GGUF (one header read; any failure: no)."""
+    from ..format import GGUFError, open_gguf
+    from ..hub import resolve_model
+
+    try:
+        with open_gguf(resolve_model(model)) as g:
+            return g.get("general.architecture") == "whisper"
+    except (OSError, GGUFError, ValueError, KeyError, TypeError):
+        return False
+
+
 def load_whisper(path: str):
     """(GGUFFile, WhisperModel) of a whisper GGUF; anything else is a ValueError."""
     from ..format import open_gguf

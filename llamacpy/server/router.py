@@ -29,6 +29,7 @@ from ..hub.models_dir import ROUTER_DESTS, PresetError
 from . import app as single
 from . import static
 from .app import Gate, error, read_body
+from .audio import SPEECH_FLAGS
 from .params import parse_body
 from .router_models import CHILD_HOST, RUNNING, Instance, Models, RouterConfig, RouterError
 
@@ -36,6 +37,7 @@ TOOL = "llama-server"
 ROUTER_ONLY = ("models_dir", "models_preset", "models_max", "models_autoload",
                "sleep_idle_seconds")
 NEEDS_MODEL = ("mmproj", "alias")  # per-model settings: a folder or a preset gives them
+AUDIO_ROUTES = ("/v1/audio/transcriptions", "/v1/audio/translations")  # whisper models'
 STOP_GRACE = 5  # seconds a stream may go on after SIGTERM
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive",
                "upgrade", "proxy-connection", "te", "trailer"}
@@ -102,9 +104,11 @@ def router_config(args: argparse.Namespace, argv: list[str]) -> RouterConfig:
         if not quiet:
             print(f"{TOOL}: router: {message}", file=sys.stderr, flush=True)
 
+    not_speech = {f.dest for f in FLAGS if "server" in f.tools} - SPEECH_FLAGS
     return RouterConfig(args.models_dir, args.models_preset, args.models_max,
                         args.models_autoload, args.sleep_idle_seconds, child_flags(argv),
-                        child_env(), log, args.host)
+                        child_env(), log, args.host,
+                        child_flags(argv, ROUTER_DESTS | not_speech))
 
 
 # -- routes -----------------------------------------------------------------------------------
@@ -186,6 +190,20 @@ async def proxy_post(request: Request) -> Response:
     raw = await read_body(request)
     name = parse_body(raw).get("model")
     inst = await routed(request, name, touch=True)  # POSTs count as use (LRU, idle)
+    return await proxy(request, inst, raw, touch=True)
+
+
+async def proxy_form(request: Request) -> Response:
+    """A multipart POST (the audio routes), routed by its form's 'model' field."""
+    raw = await read_body(request, any_type=True)
+
+    async def replay():
+        return {"type": "http.request", "body": raw, "more_body": False}
+    try:
+        name = (await Request(request.scope, replay).form()).get("model")
+    except Exception:  # noqa: BLE001 - a malformed form names no model
+        name = None
+    inst = await routed(request, name if isinstance(name, str) else None, touch=True)
     return await proxy(request, inst, raw, touch=True)
 
 
@@ -277,7 +295,8 @@ def routes() -> list[tuple]:
     own = {path for path, _, _ in OWN + OLLAMA}
     proxied = [(path, proxy_post if "POST" in methods else proxy_get, methods)
                for path, _, methods in single.ROUTES + EMBEDDINGS if path not in own]
-    return OWN + OLLAMA + proxied
+    audio = [(path, proxy_form, ["POST"]) for path in AUDIO_ROUTES]
+    return OWN + OLLAMA + proxied + audio
 
 
 async def method_not_allowed(request: Request, exc) -> Response:

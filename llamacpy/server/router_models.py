@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from ..hub.models_dir import ModelSpec, discover
+from .audio import is_whisper
 
 CHILD_HOST = "127.0.0.1"  # children listen on loopback whatever --host the router has
 RUNNING = ("loading", "loaded", "sleeping")  # llama.cpp's is_running()
@@ -91,6 +92,7 @@ class RouterConfig:
     child_env: dict[str, str]
     log: object = print  # a line for the router's log
     host: str = "127.0.0.1"  # --host: on loopback the Ollama routes check the Host header
+    speech_child_flags: list[str] | None = None  # what of child_flags a whisper model takes
 
 
 class Models:
@@ -118,8 +120,11 @@ class Models:
     def child_argv(self, inst: Instance, port: int) -> list[str]:
         """The child's command line: model files and preset options, the router's flags
         (which win), then the loopback address and the model's name as its alias."""
+        flags = self.cfg.child_flags
+        if self.cfg.speech_child_flags is not None and is_whisper(inst.spec.path):
+            flags = self.cfg.speech_child_flags  # the LLM flags do not apply to it
         return [sys.executable, "-m", "llamacpy", "server", *inst.spec.child_args(),
-                *self.cfg.child_flags, "--host", CHILD_HOST, "--port", str(port),
+                *flags, "--host", CHILD_HOST, "--port", str(port),
                 "--alias", inst.name]
 
     def running(self) -> list[Instance]:

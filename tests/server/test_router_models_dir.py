@@ -66,9 +66,9 @@ def test_cache_models_come_first_and_the_folder_wins(folder, tmp_path):
     d, files = folder
     touch(tmp_path / "cache" / "SmolLM2-135M-Instruct.Q4_1.gguf")
     touch(tmp_path / "cache" / "something-else.gguf")  # not a catalogue model: not listed
-    touch(tmp_path / "cache" / CATALOG["whisper-tiny.en"].file)  # speech: whisper-cli's
+    touch(tmp_path / "cache" / CATALOG["whisper-tiny.en"].file)  # speech: the audio routes
     found = discover(str(d), None)
-    assert "whisper-tiny.en" not in found
+    assert found["whisper-tiny.en"].source == "cache"
     assert found["smollm2-135m"].source == "cache"
     assert found["smollm2-135m"].path == str(tmp_path / "cache" /
                                              "SmolLM2-135M-Instruct.Q4_1.gguf")

@@ -4,9 +4,6 @@ arrays give the same answer; arguments llamacpy cannot honour are refused."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import numpy as np
 import pytest
 
@@ -14,6 +11,7 @@ from llamacpy import Whisper
 from llamacpy.audio.wav import load_audio
 from llamacpy.whisper import NotSupportedError
 
+from .test_server import spoken_wav
 from .test_timestamps import LONG
 
 faster_whisper = pytest.importorskip("faster_whisper")
@@ -22,11 +20,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory):
-    if shutil.which("espeak-ng") is None:
-        pytest.skip("espeak-ng is not installed (apt-get install espeak-ng)")
-    path = tmp_path_factory.mktemp("api") / "long.wav"
-    subprocess.run(["espeak-ng", "-w", str(path), LONG], check=True)
-    return path
+    return spoken_wav(tmp_path_factory.mktemp("api"), "long.wav", LONG)
 
 
 @pytest.fixture(scope="module")

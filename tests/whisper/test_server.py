@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
@@ -26,13 +27,18 @@ SENTENCE = "The quick brown fox jumps over the lazy dog."
 SERVER_OPTIONS = TranscribeOptions(beam_size=1, best_of=2)
 
 
-@pytest.fixture(scope="module")
-def wav(tmp_path_factory):
+def spoken_wav(folder: Path, name: str, text: str) -> Path:
+    """espeak-ng saying `text` into folder/name (its 22.05 kHz WAV); skips without espeak-ng."""
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng is not installed (apt-get install espeak-ng)")
-    path = tmp_path_factory.mktemp("speech") / "fox.wav"
-    subprocess.run(["espeak-ng", "-w", str(path), SENTENCE], check=True)
+    path = folder / name
+    subprocess.run(["espeak-ng", "-w", str(path), text], check=True)
     return path
+
+
+@pytest.fixture(scope="module")
+def wav(tmp_path_factory):
+    return spoken_wav(tmp_path_factory.mktemp("speech"), "fox.wav", SENTENCE)
 
 
 @pytest.fixture(scope="module")
