@@ -83,6 +83,9 @@ async def forward(request: Request, name: str, body: bytes) -> Response:
     except (ray.exceptions.RayError, StopAsyncIteration) as e:
         parts.cancel()
         return failed(request, f"the replica serving model '{name}' failed: {reason(e)}")
+    except asyncio.CancelledError:  # the client left before the answer started
+        parts.cancel()
+        raise
     kind = dict(head["headers"]).get("content-type", "")
     return StreamingResponse(relay(parts, name, kind), status_code=head["status"],
                              headers=dict(head["headers"]))

@@ -125,6 +125,13 @@ def test_client_that_leaves_cancels_its_generation(app):
     assert time.monotonic() - t0 < 3
 
 
+def test_client_that_leaves_before_the_answer_cancels_it_too(app):
+    body = {"messages": CHAT, "max_tokens": 900, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{app.url}/v1/chat/completions", json=body, headers=AUTH, timeout=1.5)
+    wait_for(lambda: metric(app, "requests_processing") == 0, 4, "the slot to be freed")
+
+
 def test_killed_replica_fails_its_stream_and_is_restarted(app, client):
     with httpx.Client() as c, long_stream(app, c) as r:
         tag = r.headers["x-llamacpy-replica"]  # id@host:pid
