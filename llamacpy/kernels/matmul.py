@@ -370,30 +370,52 @@ def _store_pair(Y, r, p, acc):
         Y[2 * p + 1, r] = y1
 
 
+# Each parallel kernel below is a prange over row chunks whose body is one call of a plain
+# (serial) njit function made for its kind by `_serial_rows`: numba then types and lowers the
+# long inlined body once, outside its parfor passes (which copy, fuse and retype a prange's whole
+# body), and a kernel compiles in ~60% of the time.
+def _serial_rows(body, kind):
+    """An njit function running the inline `body` for one kind (a constant: its other kinds'
+    branches are pruned before typing), compiled into each kernel that calls it."""
+
+    @njit(nogil=NOGIL, fastmath=FASTMATH)
+    def rows(w, xq, xd, xs, nbp, Y, lo, hi, nb, ng):
+        body(w, xq, xd, xs, nbp, Y, lo, hi, nb, ng, kind)
+
+    return rows
+
+
 @njit(inline="always")
-def _int_rows(w, X, Y, chunks, kind):
+def _int_row_range(w, xp, xd2, xs, nbp, Y, lo, hi, nb, npairs, kind):
+    """Rows lo..hi of `_int_rows` (one parallel chunk's work)."""
+    has_mins = kind == KIND_Q4_1 or kind == KIND_Q4_K
+    ws = np.zeros(nbp, np.float32)  # per block: the scale, the min term (zero padding)
+    wm = np.zeros(nbp, np.float32)
+    for r in range(lo, hi):
+        _block_scales(w, r, ws, wm, kind)
+        p = 0
+        while p + 2 <= npairs:
+            a0, a1 = _two_pairs(w, r, kind, nb, ws, xp, xd2, p, p + 1)
+            _store_pair(Y, r, p, a0)
+            _store_pair(Y, r, p + 1, a1)
+            p += 2
+        if p < npairs:
+            _store_pair(Y, r, p, _one_pair(w, r, kind, nb, ws, xp, xd2, p))
+        if has_mins:
+            _add_mins(Y, r, wm, xs, nbp)
+
+
+@njit(inline="always")
+def _int_rows(w, X, Y, chunks, kind, rows_of_kind):
     """Y = X @ W^T for an integer kind: rows in `chunks` parallel chunks, each row's scales
     decoded once, then its blocks once per two pairs of tokens."""
     has_mins = kind == KIND_Q4_1 or kind == KIND_Q4_K
     natural = kind == KIND_Q8_0 or kind == KIND_Q6_K_BYTES  # bytes in weight order
     xp, xd2, xs, nbp = _grouped_activations(X, natural, has_mins, 2)
-    rows, T, nb = w.shape[0], X.shape[0], X.shape[1] // 32
-    npairs = (T + 1) // 2
+    rows, nb, npairs = w.shape[0], X.shape[1] // 32, (X.shape[0] + 1) // 2
     for c in prange(chunks):
-        ws = np.zeros(nbp, np.float32)  # per block: the scale, the min term (zero padding)
-        wm = np.zeros(nbp, np.float32)
-        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
-            _block_scales(w, r, ws, wm, kind)
-            p = 0
-            while p + 2 <= npairs:
-                a0, a1 = _two_pairs(w, r, kind, nb, ws, xp, xd2, p, p + 1)
-                _store_pair(Y, r, p, a0)
-                _store_pair(Y, r, p + 1, a1)
-                p += 2
-            if p < npairs:
-                _store_pair(Y, r, p, _one_pair(w, r, kind, nb, ws, xp, xd2, p))
-            if has_mins:
-                _add_mins(Y, r, wm, xs, nbp)
+        rows_of_kind(w, xp, xd2, xs, nbp, Y, c * rows // chunks, (c + 1) * rows // chunks, nb,
+                     npairs)
 
 
 @njit(inline="always")
@@ -480,118 +502,142 @@ def _store_quad(Y, r, q, acc):
 
 
 @njit(inline="always")
-def _int_rows_zmm(w, X, Y, chunks, kind):
+def _int_row_range_zmm(w, xq, xd4, xs, nbp, Y, lo, end, nb, nq, kind):
+    """Rows lo..end of `_int_rows_zmm` (one parallel chunk's work)."""
+    has_mins = kind == KIND_Q4_1 or kind == KIND_Q4_K
+    ws0, ws1 = np.zeros(nbp, np.float32), np.zeros(nbp, np.float32)
+    wm0, wm1 = np.zeros(nbp, np.float32), np.zeros(nbp, np.float32)
+    for r in range(lo, end, 2):
+        two_rows = r + 1 < end
+        _block_scales(w, r, ws0, wm0, kind)
+        if two_rows:
+            _block_scales(w, r + 1, ws1, wm1, kind)
+        for q in range(0, nq, 2):
+            two_quads = q + 1 < nq
+            a00, a01, a10, a11 = _row_quads(w, r, kind, nb, ws0, ws1, xq, xd4, q,
+                                            two_rows, two_quads)
+            _store_quad(Y, r, q, a00)
+            if two_quads:
+                _store_quad(Y, r, q + 1, a01)
+            if two_rows:
+                _store_quad(Y, r + 1, q, a10)
+                if two_quads:
+                    _store_quad(Y, r + 1, q + 1, a11)
+        if has_mins:
+            _add_mins(Y, r, wm0, xs, nbp)
+            if two_rows:
+                _add_mins(Y, r + 1, wm1, xs, nbp)
+
+
+@njit(inline="always")
+def _int_rows_zmm(w, X, Y, chunks, kind, rows_of_kind):
     """`_int_rows` with four tokens a vector, two rows and two quads a pass."""
     has_mins = kind == KIND_Q4_1 or kind == KIND_Q4_K
     natural = kind == KIND_Q8_0 or kind == KIND_Q6_K_BYTES
     xq, xd4, xs, nbp = _grouped_activations(X, natural, has_mins, 4)
-    rows, nb = w.shape[0], X.shape[1] // 32
-    nq = (X.shape[0] + 3) // 4
+    rows, nb, nq = w.shape[0], X.shape[1] // 32, (X.shape[0] + 3) // 4
     for c in prange(chunks):
-        ws0, ws1 = np.zeros(nbp, np.float32), np.zeros(nbp, np.float32)
-        wm0, wm1 = np.zeros(nbp, np.float32), np.zeros(nbp, np.float32)
-        end = (c + 1) * rows // chunks
-        for r in range(c * rows // chunks, end, 2):
-            two_rows = r + 1 < end
-            _block_scales(w, r, ws0, wm0, kind)
-            if two_rows:
-                _block_scales(w, r + 1, ws1, wm1, kind)
-            for q in range(0, nq, 2):
-                two_quads = q + 1 < nq
-                a00, a01, a10, a11 = _row_quads(w, r, kind, nb, ws0, ws1, xq, xd4, q,
-                                                two_rows, two_quads)
-                _store_quad(Y, r, q, a00)
-                if two_quads:
-                    _store_quad(Y, r, q + 1, a01)
-                if two_rows:
-                    _store_quad(Y, r + 1, q, a10)
-                    if two_quads:
-                        _store_quad(Y, r + 1, q + 1, a11)
-            if has_mins:
-                _add_mins(Y, r, wm0, xs, nbp)
-                if two_rows:
-                    _add_mins(Y, r + 1, wm1, xs, nbp)
+        rows_of_kind(w, xq, xd4, xs, nbp, Y, c * rows // chunks, (c + 1) * rows // chunks, nb,
+                     nq)
+
+
+_q8_0_rows = _serial_rows(_int_row_range, KIND_Q8_0)
+_q5_0_rows = _serial_rows(_int_row_range, KIND_Q5_0)
+_iq4_nl_rows = _serial_rows(_int_row_range, KIND_IQ4_NL)
+_q4_0_rows = _serial_rows(_int_row_range, KIND_Q4_0)
+_q4_1_rows = _serial_rows(_int_row_range, KIND_Q4_1)
+_q4_k_rows = _serial_rows(_int_row_range, KIND_Q4_K)
+_q6_k_rows = _serial_rows(_int_row_range, KIND_Q6_K)
+_q6_k_bytes_rows = _serial_rows(_int_row_range, KIND_Q6_K_BYTES)
+_q8_0_rows_zmm = _serial_rows(_int_row_range_zmm, KIND_Q8_0)
+_q5_0_rows_zmm = _serial_rows(_int_row_range_zmm, KIND_Q5_0)
+_iq4_nl_rows_zmm = _serial_rows(_int_row_range_zmm, KIND_IQ4_NL)
+_q4_0_rows_zmm = _serial_rows(_int_row_range_zmm, KIND_Q4_0)
+_q4_1_rows_zmm = _serial_rows(_int_row_range_zmm, KIND_Q4_1)
+_q4_k_rows_zmm = _serial_rows(_int_row_range_zmm, KIND_Q4_K)
+_q6_k_rows_zmm = _serial_rows(_int_row_range_zmm, KIND_Q6_K)
+_q6_k_bytes_rows_zmm = _serial_rows(_int_row_range_zmm, KIND_Q6_K_BYTES)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q8_0(w, X, Y, chunks):
-    _int_rows(w, X, Y, chunks, KIND_Q8_0)
+    _int_rows(w, X, Y, chunks, KIND_Q8_0, _q8_0_rows)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q5_0(w, X, Y, chunks):
-    _int_rows(w, X, Y, chunks, KIND_Q5_0)
+    _int_rows(w, X, Y, chunks, KIND_Q5_0, _q5_0_rows)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_iq4_nl(w, X, Y, chunks):
-    _int_rows(w, X, Y, chunks, KIND_IQ4_NL)
+    _int_rows(w, X, Y, chunks, KIND_IQ4_NL, _iq4_nl_rows)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q4_0(w, X, Y, chunks):
-    _int_rows(w, X, Y, chunks, KIND_Q4_0)
+    _int_rows(w, X, Y, chunks, KIND_Q4_0, _q4_0_rows)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q4_1(w, X, Y, chunks):
-    _int_rows(w, X, Y, chunks, KIND_Q4_1)
+    _int_rows(w, X, Y, chunks, KIND_Q4_1, _q4_1_rows)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q4_k(w, X, Y, chunks):
-    _int_rows(w, X, Y, chunks, KIND_Q4_K)
+    _int_rows(w, X, Y, chunks, KIND_Q4_K, _q4_k_rows)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q6_k(w, X, Y, chunks):
-    _int_rows(w, X, Y, chunks, KIND_Q6_K)
+    _int_rows(w, X, Y, chunks, KIND_Q6_K, _q6_k_rows)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q6_k_bytes(w, X, Y, chunks):
     """Q6_K repacked by repack.repack_q6_k_bytes (w: uint8 [rows, 40 * nb])."""
-    _int_rows(w, X, Y, chunks, KIND_Q6_K_BYTES)
+    _int_rows(w, X, Y, chunks, KIND_Q6_K_BYTES, _q6_k_bytes_rows)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q8_0_zmm(w, X, Y, chunks):
-    _int_rows_zmm(w, X, Y, chunks, KIND_Q8_0)
+    _int_rows_zmm(w, X, Y, chunks, KIND_Q8_0, _q8_0_rows_zmm)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q5_0_zmm(w, X, Y, chunks):
-    _int_rows_zmm(w, X, Y, chunks, KIND_Q5_0)
+    _int_rows_zmm(w, X, Y, chunks, KIND_Q5_0, _q5_0_rows_zmm)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_iq4_nl_zmm(w, X, Y, chunks):
-    _int_rows_zmm(w, X, Y, chunks, KIND_IQ4_NL)
+    _int_rows_zmm(w, X, Y, chunks, KIND_IQ4_NL, _iq4_nl_rows_zmm)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q4_0_zmm(w, X, Y, chunks):
-    _int_rows_zmm(w, X, Y, chunks, KIND_Q4_0)
+    _int_rows_zmm(w, X, Y, chunks, KIND_Q4_0, _q4_0_rows_zmm)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q4_1_zmm(w, X, Y, chunks):
-    _int_rows_zmm(w, X, Y, chunks, KIND_Q4_1)
+    _int_rows_zmm(w, X, Y, chunks, KIND_Q4_1, _q4_1_rows_zmm)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q4_k_zmm(w, X, Y, chunks):
-    _int_rows_zmm(w, X, Y, chunks, KIND_Q4_K)
+    _int_rows_zmm(w, X, Y, chunks, KIND_Q4_K, _q4_k_rows_zmm)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q6_k_zmm(w, X, Y, chunks):
-    _int_rows_zmm(w, X, Y, chunks, KIND_Q6_K)
+    _int_rows_zmm(w, X, Y, chunks, KIND_Q6_K, _q6_k_rows_zmm)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q6_k_bytes_zmm(w, X, Y, chunks):
-    _int_rows_zmm(w, X, Y, chunks, KIND_Q6_K_BYTES)
+    _int_rows_zmm(w, X, Y, chunks, KIND_Q6_K_BYTES, _q6_k_bytes_rows_zmm)
 
 
 # Where the CPU has AVX-512BW the integer kinds take four tokens a vector from this many tokens
