@@ -116,6 +116,9 @@ def bench_model(model: str, args) -> dict:
                                                              False)),
                "serve 1 replica": (f"{base}/r1", None), "serve 2 replicas": (f"{base}/r2", None)}
     results = {name: {"tps": [], "ttft": [], "cpu": []} for name in configs}
+    results["rss"] = {"llama-server": rss_mib(configs["llama-server"][1]),
+                      "ray (3 replicas, 2 ingresses, Ray's processes)":
+                          rss_mib(serving_processes(me, True))}
     try:
         for url, _ in configs.values():  # warm: every replica's first requests
             asyncio.run(one_round(url, args.clients, 8))
@@ -137,6 +140,10 @@ def bench_model(model: str, args) -> dict:
     return results
 
 
+def rss_mib(procs: list[psutil.Process]) -> float:
+    return sum(p.memory_info().rss for p in procs if p.is_running()) / 2**20
+
+
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, round(q * (len(values) - 1)))]
@@ -148,6 +155,7 @@ def report(model: str, results: dict, args) -> None:
     print("| configuration | tokens/s (median) | TTFT p50 (s) | TTFT p95 (s) | CPU s per round |")
     print("|---|---|---|---|---|")
     med = {}
+    rss = results.pop("rss")
     for name, r in results.items():
         med[name] = statistics.median(r["tps"])
         print(f"| {name} | {med[name]:.1f} | {pct(r['ttft'], 0.5):.2f} | "
@@ -156,6 +164,10 @@ def report(model: str, results: dict, args) -> None:
           f"Serve 1 replica / llama-server: "
           f"{med['serve 1 replica'] / med['llama-server']:.3f} "
           f"(overhead {100 * (1 - med['serve 1 replica'] / med['llama-server']):.1f}%)")
+    extra = statistics.median(results["serve 1 replica"]["cpu"]) - \
+        statistics.median(results["llama-server"]["cpu"])
+    print(f"Serve path CPU per streamed token: {1000 * extra / (args.clients * args.n):.2f} ms; "
+          f"RSS after start (MiB): " + ", ".join(f"{k} {v:.0f}" for k, v in rss.items()))
 
 
 def main() -> None:
