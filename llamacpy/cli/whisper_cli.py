@@ -105,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     flag("-sns", "--suppress-nst", help="suppress non-speech tokens")
     a("--suppress-regex", default=None, help="regular expression matching tokens to suppress")
     for names, takes_value, why in REFUSED:
-        kw = {"default": None} if takes_value else {"action": "store_true"}
+        kw = {"default": None, "metavar": "X"} if takes_value else {"action": "store_true"}
         a(*names, dest=f"refused_{names[-1].lstrip('-').replace('-', '_')}",
           help=f"not supported: {why}", **kw)
     return p
@@ -269,8 +269,8 @@ def _transcribe(args, loaded: Loaded, audio, sp, quiet: bool):
         return str(e)
     if args.language == "auto":
         p = (result.language_probs or {}).get(result.language, 0.0)
-        print(f"whisper_full_with_state: auto-detected language: {result.language} "
-              f"(p = {p:f})", file=sys.stderr)
+        _say(args, f"whisper_full_with_state: auto-detected language: {result.language} "
+             f"(p = {p:f})")
     if args.output_json_full or args.max_len > 0:  # whisper-cli's token_timestamps
         vocab = loaded.g.require("tokenizer.ggml.tokens")
         result = dataclasses.replace(result, segments=with_token_times(
@@ -319,6 +319,8 @@ def _print_segments(args, loaded: Loaded, sp, segments) -> None:
     (or the texts run together with -nt), in colors by probability with -pc."""
     from ..audio.formats import timestamp
 
+    if not segments:  # whisper.cpp's callback only runs for new segments
+        return
     out = sys.stdout.buffer
     out.write(b"\n")
     prev = None

@@ -116,13 +116,13 @@ def test_max_len_wrapping_matches_whisper_cpp(clip, suffix, max_len, split_on_wo
         assert full.encode() == golden(f"{clip}{suffix}.json")
 
 
-def _print(capsysbinary, segs, **flags) -> bytes:
+def _print(capsysbinary, segs, loaded=None, sp=None, **flags) -> bytes:
     from llamacpy.cli.whisper_cli import _print_segments
 
     args = argparse.Namespace(**{"no_timestamps": False, "print_colors": False,
                                  "print_confidence": False, "print_special": False,
                                  "max_len": 0, **flags})
-    _print_segments(args, None, None, segs)
+    _print_segments(args, loaded, sp, segs)
     return capsysbinary.readouterr().out
 
 
@@ -219,3 +219,31 @@ def test_token_times_equal_whisper_cpp(whisper_gguf, whisper_model, tmp_path):
     got = [(round(t.t0 * 100), round(t.t1 * 100)) for s in timed for t in s.tokens]
     want = [(round(t.t0 * 100), round(t.t1 * 100)) for s in theirs for t in s.tokens]
     assert got == want
+
+
+def test_print_special_texts_match_whisper_cpp(whisper_gguf, vocab_and_sp, capsysbinary):
+    """-ps: the special tokens join each text, a later segment's opening timestamp too."""
+    from types import SimpleNamespace
+
+    from llamacpy.cli.whisper_cli import _render
+
+    _, sp = vocab_and_sp
+    _, segs = read_json("quotes.json")  # one window: every segment's seek is 0
+    loaded = SimpleNamespace(g=whisper_gguf)
+    assert _print(capsysbinary, segs, print_special=True, loaded=loaded, sp=sp) == \
+        golden("quotes.ps.stdout")
+    args = argparse.Namespace(print_special=True, max_len=0, offset_n=0)
+    result = SimpleNamespace(segments=segs)
+    assert _render("output_srt", args, loaded, sp, result).encode() == golden("quotes.ps.srt")
+
+
+@pytest.mark.parametrize(("suffix", "flag"), [(".pc", "print_colors"),
+                                              (".conf", "print_confidence")])
+def test_colored_console_matches_whisper_cpp(suffix, flag, whisper_gguf, vocab_and_sp,
+                                             capsysbinary):
+    from types import SimpleNamespace
+
+    _, segs = read_json("quotes.json")  # the same decode: the tokens' p pick the colours
+    loaded = SimpleNamespace(g=whisper_gguf)
+    got = _print(capsysbinary, segs, loaded=loaded, sp=vocab_and_sp[1], **{flag: True})
+    assert got == golden(f"quotes{suffix}.stdout")

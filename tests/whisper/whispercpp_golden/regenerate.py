@@ -46,6 +46,9 @@ RUNS = {  # output name suffix -> whisper-cli flags (-of NAME+suffix)
     ".ml1": ["-ml", "1", "-osrt"],
     ".ml24sow": ["-ml", "24", "-sow", "-osrt", "-ojf"],
     ".nt": ["-nt", "-oj"],
+    ".ps": ["-ps", "-osrt"],
+    ".pc": ["-pc"],
+    ".conf": ["--print-confidence"],
 }
 
 
@@ -79,7 +82,7 @@ def main() -> None:
                 run = subprocess.run([cli, "-m", "ggml-tiny.en.bin", "-f", f"{name}.wav", "-t",
                                       "2", "-of", name + suffix, *flags], cwd=tmp, check=True,
                                      capture_output=True)
-                if suffix in ("", ".nt"):  # the console lines the tests compare
+                if suffix in ("", ".nt", ".ps", ".pc", ".conf"):  # the console lines the tests compare
                     (HERE / f"{name}{suffix}.stdout").write_bytes(run.stdout)
         (Path(tmp) / "two_windows.ml24sow.json").unlink(missing_ok=True)  # big; quotes' will do
         for f in Path(tmp).iterdir():
