@@ -38,8 +38,8 @@ CLIPS = {  # name -> what espeak-ng says
 }
 # a clip on which our decoder picks whisper.cpp's tokens: its -ojf token times are the reference
 # for audio/token_times.py
-TIMING_CLIP = ("fox", "The quick brown fox jumps over the lazy dog. She sells sea shells by "
-                      "the sea shore.")
+TIMING_CLIP = ("fox", ("The quick brown fox jumps over the lazy dog. She sells sea shells by "
+                       "the sea shore."))
 RUNS = {  # output name suffix -> whisper-cli flags (-of NAME+suffix)
     "": ["-otxt", "-osrt", "-ovtt", "-ocsv", "-olrc", "-ojf", "-ls"],
     ".oj": ["-oj"],
