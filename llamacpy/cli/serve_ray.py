@@ -49,12 +49,22 @@ def main(argv: list[str] | None = None) -> int:
         while not stop.wait(1.0):
             pass
     finally:
-        if cfg.address:  # a shared cluster: remove our application only
+        if cfg.address:  # a shared cluster: remove our application (and its board) only
             serve.delete(APP_NAME)
+            forget_board(ray)
         else:
             serve.shutdown()
         ray.shutdown()
     return 0
+
+
+def forget_board(ray) -> None:
+    from ..serve_ray.board import board_name
+
+    try:
+        ray.kill(ray.get_actor(board_name(APP_NAME), namespace="llamacpy"))
+    except ValueError:
+        pass  # never created: no replica started
 
 
 def replicas_text(cfg) -> str:

@@ -47,6 +47,10 @@ class Board:
 
 def board(app_name: str):
     """The application's board, created by whichever replica asks first; detached, so it
-    outlives any one replica (Ray's shutdown, or `serve shutdown` with ray stop, ends it)."""
-    return Board.options(name=f"llamacpy-board:{app_name}", namespace="llamacpy",
+    outlives any one replica (Ray's shutdown ends it; serve-ray --address kills it on exit)."""
+    return Board.options(name=board_name(app_name), namespace="llamacpy",
                          get_if_exists=True, lifetime="detached").remote()
+
+
+def board_name(app_name: str) -> str:
+    return f"llamacpy-board:{app_name}"
