@@ -189,9 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(loaded, str):
         return fail(TOOL, loaded)
     status = 0
-    for i, path in enumerate(files):
-        out_base = args.output_file[i] if i < len(args.output_file) else path
-        status = max(status, run_file(args, loaded, path, out_base))
+    try:
+        for i, path in enumerate(files):
+            out_base = args.output_file[i] if i < len(args.output_file) else path
+            status = max(status, run_file(args, loaded, path, out_base))
+    except KeyboardInterrupt:
+        return fail(TOOL, "interrupted", 130)
     if not args.no_prints:
         _print_timings(loaded.load_ms, 1000 * (time.perf_counter() - t_start))
     return status
