@@ -119,7 +119,7 @@ class AudioConfig:
     request_path: str = ""  # --request-path: a prefix for every route
     print_progress: bool = False  # -pp: progress lines for every file, not only long ones
     offset_n: int = 0  # -on: SRT numbers start at 1 + offset_n
-    warmup: bool = True  # a second of silence transcribed at load compiles every kernel
+    warmup: bool = False  # llama-server's warm-up: a second of silence transcribed at load
 
 
 class AudioState:

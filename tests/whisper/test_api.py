@@ -51,13 +51,12 @@ def test_segments_equal_faster_whisper(ours, reference, clip, beam_size):
     assert all(s.avg_logprob < 0 and 0 <= s.no_speech_prob <= 1 for s in segments)
 
 
-def test_paths_files_and_arrays_agree(ours, clip):
+def test_paths_and_open_files_agree(ours, clip):  # arrays: the test above
     with open(clip, "rb") as fh:
         from_file = ours.transcribe(fh, beam_size=1)[0]
     from_path = ours.transcribe(str(clip), beam_size=1)[0]
-    from_array = ours.transcribe(load_audio(clip), beam_size=1)[0]
-    assert [s.text for s in from_file] == [s.text for s in from_path] == \
-        [s.text for s in from_array]
+    assert [s.text for s in from_file] == [s.text for s in from_path]
+    assert "quick brown fox" in from_path[0].text
 
 
 def test_arguments_without_an_effect_here_are_refused(ours):

@@ -50,7 +50,7 @@ def expected(wav, whisper_gguf, whisper_model):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, whisper_gguf):
     log = tmp_path_factory.mktemp("srv") / "server.log"
-    s = start_server(["-m", "whisper-tiny.en", "-t", "2"], str(log))
+    s = start_server(["-m", "whisper-tiny.en", "-t", "2", "--no-warmup"], str(log))
     yield s
     stop_server(s)
 
