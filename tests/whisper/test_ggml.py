@@ -43,7 +43,12 @@ def whisper_cpp_source() -> Path:
 def ggml_tiny_en(ct2_folder: Path) -> Path:
     """ggml-tiny.en.bin as whisper.cpp's convert-pt-to-ggml.py writes it (F16 matrices), from
     an OpenAI-layout checkpoint of the catalogue weights; built once into the cache."""
-    out = CACHE / "ggml" / "ggml-tiny.en.bin"
+    return ggml_model(ct2_folder, "tiny.en")
+
+
+def ggml_model(ct2_folder: Path, name: str) -> Path:
+    """ggml-NAME.bin from a catalogue CTranslate2 folder (see ggml_tiny_en)."""
+    out = CACHE / "ggml" / f"ggml-{name}.bin"
     if out.exists():
         return out
     torch = pytest.importorskip("torch")
@@ -90,6 +95,25 @@ def test_tensors_and_tokens_equal_the_gguf(ggml_file, whisper_gguf):
     diff = [i for i, (a, b) in enumerate(zip(ours["tokenizer.ggml.tokens"],
                                               ref["tokenizer.ggml.tokens"])) if a != b]
     assert [ours["tokenizer.ggml.tokens"][i] for i in diff] == ["<|he|>"]
+
+
+def test_multilingual_file_equals_the_gguf(whisper_gguf):
+    """whisper-base: the special ids shift by one and the language tokens follow whisper.cpp's
+    whisper_vocab; every token text and tensor equals our whisper-base GGUF's."""
+    from llamacpy.format import open_gguf
+    from llamacpy.hub import pull
+
+    from .conftest import unpacked_ct2_folder
+
+    ref = open_gguf(pull("whisper-base", quiet=True))
+    ours = load_ggml_whisper(ggml_model(unpacked_ct2_folder("whisper-base"), "base"))
+    keys = [k for k in ref.metadata if k.startswith("whisper.token.")] + [
+        "whisper.multilingual", "whisper.language_tokens", "tokenizer.ggml.tokens"]
+    for key in keys:
+        assert np.array_equal(np.asarray(ours.metadata[key]), np.asarray(ref.metadata[key])), key
+    assert ours.metadata["whisper.token.sot"] == 50258 and ours.get("whisper.multilingual")
+    assert set(ours.tensors) == set(ref.tensors)
+    assert all(np.array_equal(ours.tensors[n].data, t.data) for n, t in ref.tensors.items())
 
 
 def test_mel_filters_equal_ours(ggml_file):
