@@ -459,9 +459,9 @@ def oai_job(state: AudioState, fields: dict[str, list], task: str, audio: np.nda
     if flag(fields, "stream"):
         raise NotSupported("stream: streamed transcriptions are not supported")
     refuse_unknown(fields)
-    if language is None and task == "transcribe":
+    if language is None:  # OpenAI detects the spoken language (translations never name it)
         language = "auto" if state.worker.loaded[0].get("whisper.multilingual") else "en"
-    options = make_options(state.cfg.defaults, language=language or "en", prompt=prompt,
+    options = make_options(state.cfg.defaults, language=language, prompt=prompt,
                            temperature=temperature, translate=task == "translate")
     return Job(audio, options, fmt, name)
 

@@ -27,12 +27,12 @@ SENTENCE = "The quick brown fox jumps over the lazy dog."
 SERVER_OPTIONS = TranscribeOptions(beam_size=1, best_of=2)
 
 
-def spoken_wav(folder: Path, name: str, text: str) -> Path:
+def spoken_wav(folder: Path, name: str, text: str, voice: str = "en") -> Path:
     """espeak-ng saying `text` into folder/name (its 22.05 kHz WAV); skips without espeak-ng."""
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng is not installed (apt-get install espeak-ng)")
     path = folder / name
-    subprocess.run(["espeak-ng", "-w", str(path), text], check=True)
+    subprocess.run(["espeak-ng", "-v", voice, "-w", str(path), text], check=True)
     return path
 
 
@@ -161,3 +161,29 @@ def test_llm_flags_are_refused_for_a_whisper_model(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == \
         "llama-server: error: --ctx-size does not apply to a speech-to-text (whisper) model"
+
+
+def test_translation_on_a_multilingual_model_detects_the_language(tmp_path):
+    """/v1/audio/translations on whisper-base (in process): German speech, the language
+    detected (translations never name it), the task and the text in English."""
+    from starlette.testclient import TestClient
+
+    from llamacpy.cli.whisper_server import parser, transcribe_defaults
+    from llamacpy.hub import pull
+    from llamacpy.server.audio import AudioConfig, AudioState, build_audio_app
+
+    german = spoken_wav(tmp_path, "de.wav", "Guten Morgen, wie geht es dir heute? Das Wetter "
+                        "ist schön.", voice="de")
+    state = AudioState(AudioConfig(str(pull("whisper-base", quiet=True)), verbosity=0,
+                                   defaults=transcribe_defaults(parser().parse_args([]))))
+    state.load()
+    try:
+        resp = TestClient(build_audio_app(state)).post(
+            "/v1/audio/translations", files={"file": ("de.wav", german.read_bytes())},
+            data={"model": "whisper-1", "response_format": "verbose_json"})
+    finally:
+        state.stop()
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert (body["task"], body["language"]) == ("translate", "german")
+    assert "good morning" in body["text"].lower()
