@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from llamacpy.audio.formats import to_srt, to_vtt
@@ -187,3 +188,28 @@ def test_translation_on_a_multilingual_model_detects_the_language(tmp_path):
     body = resp.json()
     assert (body["task"], body["language"]) == ("translate", "german")
     assert "good morning" in body["text"].lower()
+
+
+def test_long_uploads_log_progress(tmp_path, whisper_gguf, capsys):
+    """Audio longer than one window logs whisper.cpp-style progress lines (in process)."""
+    import wave
+
+    from starlette.testclient import TestClient
+
+    from llamacpy.server.audio import AudioConfig, AudioState, build_audio_app
+
+    path = tmp_path / "long.wav"
+    with wave.open(str(path), "wb") as w:  # 45 s of faint noise at 16 kHz
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+        noise = np.random.default_rng(0).integers(-30, 30, 45 * 16000, dtype=np.int16)
+        w.writeframes(noise.tobytes())
+    state = AudioState(AudioConfig(whisper_gguf.path, defaults={"beam_size": 1}))
+    state.load()
+    try:
+        resp = TestClient(build_audio_app(state)).post(
+            "/inference", files={"file": ("long.wav", path.read_bytes())})
+    finally:
+        state.stop()
+    assert resp.status_code == 200, resp.text
+    lines = [line for line in capsys.readouterr().err.splitlines() if "progress =" in line]
+    assert lines and lines[-1] == "whisper-server: 'long.wav': progress = 100%"
