@@ -18,6 +18,8 @@ TOOLS = {
     "perplexity": ("perplexity", "perplexity and KL divergence over a text (llama-perplexity)"),
     "warmup": ("warmup", "compile the numba kernels ahead of time (scripts/setup.sh runs it)"),
     "serve-ray": ("serve_ray", "llama-server's API on a Ray Serve cluster (llamacpy[ray])"),
+    "whisper-cli": ("whisper_cli", "speech to text from audio files (whisper.cpp's whisper-cli)"),
+    "whisper-server": ("whisper_server", "whisper.cpp's HTTP server (/inference, /load)"),
 }
 PLANNED: dict[str, str] = {}
 
@@ -27,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: llamacpy <tool> [args...]\n\ntools:")
         for name, (_, summary) in TOOLS.items():
-            print(f"  {name:<10} {summary}")
+            print(f"  {name:<14} {summary}")
         return 0 if argv else 1
     tool, rest = argv[0], argv[1:]
     if tool in PLANNED:
