@@ -23,9 +23,6 @@ TOOL = "whisper-server"
 # whisper.cpp flags llamacpy cannot honour: (names, takes a value, why)
 REFUSED = [
     (("-p", "--processors"), True, "more than one processor (whisper_full_parallel)"),
-    (("-ml", "--max-len"), True, "segment lengths (they need token timestamps)"),
-    (("-sow", "--split-on-word"), False, "splitting on words (it needs token timestamps)"),
-    (("-wt", "--word-thold"), True, "word timestamps"),
     (("-debug", "--debug-mode"), False, "debug dumps"),
     (("-di", "--diarize"), False, "stereo diarization"),
     (("-tdrz", "--tinydiarize"), False, "tinydiarize"),
@@ -58,6 +55,11 @@ def parser() -> argparse.ArgumentParser:
     a("-nth", "--no-speech-thold", type=float, default=0.6, help="no-speech threshold (0.60)")
     a("-tp", "--temperature", type=float, default=0.0, help="sampling temperature (0.00)")
     a("-tpi", "--temperature-inc", type=float, default=0.2, help="fallback step (0.20)")
+    a("-ml", "--max-len", type=int, default=0, help="maximum segment length in characters "
+      "(verbose_json, whose token times whisper.cpp computes; 0: 60 there)")
+    a("-sow", "--split-on-word", action="store_true", help="split on word rather than token")
+    a("-wt", "--word-thold", type=float, default=0.01, help="word timestamp probability "
+      "threshold (0.01)")
     a("-tr", "--translate", action="store_true", help="translate to English")
     a("-nf", "--no-fallback", action="store_true", help="no temperature fallback")
     a("-pp", "--print-progress", action="store_true", help="log progress of every request")
@@ -124,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     set_threads(args.threads)
     cfg = AudioConfig(path, defaults=defaults, tool=TOOL, inference_path=args.inference_path,
                       request_path=args.request_path, print_progress=args.print_progress,
-                      offset_n=args.offset_n)
+                      offset_n=args.offset_n, token_times={
+                          "max_len": args.max_len, "split_on_word": args.split_on_word,
+                          "thold_pt": args.word_thold})
     return serve(cfg, args.host, args.port, timeout=600)
 
 

@@ -11,6 +11,7 @@ in llama.cpp's error shape, whisper.cpp's in its own ({"error": "..."}).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import queue
 import sys
@@ -36,6 +37,7 @@ from .params import RequestError
 
 MAX_UPLOAD = 512 << 20  # bytes of one request (an hour of 16-bit 48 kHz stereo is ~660 MB)
 FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
+TOKEN_TIMES = {"max_len": 0, "split_on_word": False, "thold_pt": 0.01}  # whisper.cpp's defaults
 PROGRESS_STEP = 5  # percent between progress lines (whisper.cpp's progress_step)
 WHISPER_LANGUAGES = (  # whisper's LANGUAGES (code:name, _ for a space), for verbose_json
     "en:english zh:chinese de:german es:spanish ru:russian ko:korean fr:french ja:japanese "
@@ -119,6 +121,7 @@ class AudioConfig:
     request_path: str = ""  # --request-path: a prefix for every route
     print_progress: bool = False  # -pp: progress lines for every file, not only long ones
     offset_n: int = 0  # -on: SRT numbers start at 1 + offset_n
+    token_times: dict = field(default_factory=lambda: dict(TOKEN_TIMES))  # -ml, -sow, -wt
     warmup: bool = False  # llama-server's warm-up: a second of silence transcribed at load
 
 
@@ -304,6 +307,7 @@ class Job:
     name: str  # the upload's file name, for the log
     offset_n: int = 0  # whisper.cpp's -on: the first SRT number is 1 + offset_n
     oai: bool = True  # OpenAI's shapes (else whisper.cpp's)
+    token_times: dict | None = None  # with_token_times' thold_pt, max_len, split_on_word
 
 
 def make_options(defaults: dict, **given):
@@ -355,7 +359,8 @@ async def run_job(state: AudioState, job: Job):
     t0 = time.perf_counter()
 
     def work(loaded):
-        return transcribe(loaded[0], loaded[1], job.audio, o, report)
+        result = transcribe(loaded[0], loaded[1], job.audio, o, report)
+        return result if job.token_times is None else timed(loaded[0], result, job)
     try:
         result = await asyncio.wrap_future(state.worker.submit(work))
     except ValueError as e:  # an option the model swapped in by /load cannot take
@@ -363,6 +368,29 @@ async def run_job(state: AudioState, job: Job):
     state.log(f"'{job.name}': {len(result.segments)} segments in "
               f"{time.perf_counter() - t0:.2f} s")
     return result
+
+
+def timed(g, result, job: Job):
+    """The result with whisper.cpp's token times (and its segments wrapped at max_len)."""
+    from ..audio.token_times import with_token_times
+    from ..audio.transcribe import SpecialTokens
+
+    segments = with_token_times(result.segments, job.audio, g.require("tokenizer.ggml.tokens"),
+                                SpecialTokens.from_gguf(g), **job.token_times)
+    return dataclasses.replace(result, segments=segments)
+
+
+def words(result) -> list[dict]:
+    """OpenAI's `words`: tokens joined into words (a new one at a leading space), each from its
+    first token's start to its last token's end (whisper.cpp's token times)."""
+    out: list[dict] = []
+    for s in result.segments:
+        for i, t in enumerate(text_tokens(s)):
+            if i == 0 or t.text.startswith(" "):
+                out.append({"word": "", "start": t.t0, "end": t.t1})
+            out[-1]["word"] += t.text
+            out[-1]["end"] = t.t1
+    return [{**w, "word": w["word"].strip()} for w in out]
 
 
 def text_tokens(segment) -> list:
@@ -391,6 +419,8 @@ def verbose_json(result, job: Job) -> dict:
                     "words": [token_word(t) for t in text_tokens(s)],
                     "temperature": s.temperature, "avg_logprob": s.avg_logprob}
         body["segments"].append(seg)
+    if job.oai and job.token_times is not None:
+        body["words"] = words(result)
     if job.oai:
         body["usage"] = usage(result)
     return body
@@ -433,9 +463,9 @@ def answer(result, job: Job) -> Response:
 OAI_FIELDS = ("model", "language", "prompt", "response_format", "temperature")
 
 
-def granularities(fields: dict[str, list], fmt: str) -> None:
-    """timestamp_granularities[]: "segment" is what every answer has; "word" needs per-token
-    times, which are not computed yet."""
+def granularities(fields: dict[str, list], fmt: str) -> bool:
+    """timestamp_granularities[]: "segment" is what every answer has; True when "word" asks
+    for `words` too."""
     values = fields.pop("timestamp_granularities[]", []) + \
         fields.pop("timestamp_granularities", [])
     for v in values:
@@ -443,9 +473,7 @@ def granularities(fields: dict[str, list], fmt: str) -> None:
             raise RequestError(f"unknown timestamp granularity '{v}' (segment or word)")
     if values and fmt != "verbose_json":
         raise RequestError("timestamp_granularities needs response_format 'verbose_json'")
-    if "word" in values:
-        raise NotSupported("timestamp_granularities 'word' needs per-token timestamps, which "
-                           "llamacpy does not compute yet; use 'segment'")
+    return "word" in values
 
 
 def oai_job(state: AudioState, fields: dict[str, list], task: str, audio: np.ndarray,
@@ -455,7 +483,7 @@ def oai_job(state: AudioState, fields: dict[str, list], task: str, audio: np.nda
     prompt = text_field(fields, "prompt")
     fmt = response_format(fields, "json")
     temperature = number(fields, "temperature", float, 0.0, 1.0)
-    granularities(fields, fmt)
+    word_times = granularities(fields, fmt)
     if flag(fields, "stream"):
         raise NotSupported("stream: streamed transcriptions are not supported")
     refuse_unknown(fields)
@@ -463,7 +491,8 @@ def oai_job(state: AudioState, fields: dict[str, list], task: str, audio: np.nda
         language = "auto" if state.worker.loaded[0].get("whisper.multilingual") else "en"
     options = make_options(state.cfg.defaults, language=language, prompt=prompt,
                            temperature=temperature, translate=task == "translate")
-    return Job(audio, options, fmt, name)
+    return Job(audio, options, fmt, name,
+               token_times={"thold_pt": 0.01} if word_times else None)
 
 
 def oai_route(task: str):
@@ -483,13 +512,12 @@ def inference_job(state: AudioState, fields: dict[str, list], audio: np.ndarray,
     """whisper.cpp's get_req_parameters: the fields its /inference reads, over the server's
     defaults; the ones that need what llamacpy lacks are refused when they ask for it."""
     for name_, needs in (("diarize", "stereo diarization"), ("tinydiarize", "a tdrz model"),
-                         ("split_on_word", "token timestamps"), ("debug_mode", "debug dumps")):
+                         ("debug_mode", "debug dumps")):
         if flag(fields, name_):
             raise NotSupported(f"{name_} needs {needs}, which llamacpy does not support")
-    for name_ in ("max_len", "word_thold"):
-        if number(fields, name_, float):
-            raise NotSupported(f"{name_} needs token timestamps, which llamacpy does not "
-                               "compute yet")
+    wrap = {"max_len": number(fields, "max_len", int, 0),
+            "split_on_word": flag(fields, "split_on_word"),
+            "thold_pt": number(fields, "word_thold", float, 0.0, 1.0)}
     max_context = number(fields, "max_context", int, -1)
     beam_size = number(fields, "beam_size", int, -1, 8)
     detect = flag(fields, "detect_language")
@@ -512,7 +540,22 @@ def inference_job(state: AudioState, fields: dict[str, list], audio: np.ndarray,
     offset_n = number(fields, "offset_n", int)
     fmt = response_format(fields, "json")
     refuse_unknown(fields)
-    return Job(audio, o, fmt, name, state.cfg.offset_n if offset_n is None else offset_n, False)
+    return Job(audio, o, fmt, name, state.cfg.offset_n if offset_n is None else offset_n, False,
+               inference_token_times(state, fmt, o, wrap))
+
+
+def inference_token_times(state: AudioState, fmt: str, o, wrap: dict) -> dict | None:
+    """whisper.cpp's server computes token times for verbose_json with timestamps only, and
+    wraps its segments at max_len (0: 60 characters) there; elsewhere these fields do nothing,
+    so asking for them there is refused."""
+    wrap = {k: state.cfg.token_times[k] if v is None else v for k, v in wrap.items()}
+    if fmt == "verbose_json" and not o.no_timestamps:
+        return {**wrap, "max_len": wrap["max_len"] or 60}
+    given = [k for k, v in wrap.items() if v != TOKEN_TIMES[k]]
+    if given:
+        raise NotSupported(f"{given[0].replace('thold_pt', 'word_thold')} applies only to "
+                           "verbose_json with timestamps (the token times whisper.cpp computes)")
+    return None
 
 
 async def inference(request: Request) -> Response:

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from llamacpy.audio.formats import to_srt, to_vtt
-from llamacpy.audio.transcribe import TranscribeOptions, transcribe
+from llamacpy.audio.token_times import with_token_times
+from llamacpy.audio.transcribe import SpecialTokens, TranscribeOptions, transcribe
 from llamacpy.audio.wav import load_audio
 from tests.server.conftest import start_server, stop_server
 
@@ -62,7 +63,7 @@ def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key="none")
 
 
-def test_openai_client_transcribes_json_and_verbose_json(client, wav, expected):
+def test_openai_client_transcribes_json_and_verbose_json(client, wav, expected, whisper_gguf):
     with open(wav, "rb") as fh:
         result = client.audio.transcriptions.create(model="whisper-1", file=fh)
     assert result.text == expected.text.strip()
@@ -70,13 +71,22 @@ def test_openai_client_transcribes_json_and_verbose_json(client, wav, expected):
     with open(wav, "rb") as fh:
         verbose = client.audio.transcriptions.create(
             model="whisper-1", file=fh, response_format="verbose_json",
-            timestamp_granularities=["segment"])
+            timestamp_granularities=["segment", "word"])
     assert verbose.language == "english" and verbose.text == expected.text.strip()
     assert abs(verbose.duration - expected.duration) < 1e-6
     assert [(s.start, s.end, s.text) for s in verbose.segments] == \
         [(s.start, s.end, s.text) for s in expected.segments]
     assert verbose.segments[0].tokens == [t.id for t in expected.segments[0].tokens
                                           if t.id < expected.segments[0].eot]
+    # words: whisper.cpp's token times (audio/token_times.py), tokens joined at spaces
+    timed = with_token_times(expected.segments, load_audio(wav),
+                             whisper_gguf.require("tokenizer.ggml.tokens"),
+                             SpecialTokens.from_gguf(whisper_gguf))
+    text = [t for t in timed[0].tokens if t.id < timed[0].eot]
+    assert [w.word for w in verbose.words] == expected.text.split()
+    assert (verbose.words[0].start, verbose.words[-1].end) == (text[0].t0, text[-1].t1)
+    starts = [w.start for w in verbose.words]
+    assert starts == sorted(starts) and all(w.start <= w.end for w in verbose.words)
 
 
 @pytest.mark.parametrize("fmt", ["text", "srt", "vtt"])
@@ -134,10 +144,6 @@ def test_bad_uploads_are_400s_and_a_concurrent_request_still_succeeds(server, wa
 def test_refusals_name_what_is_not_supported(server, wav):
     raw = wav.read_bytes()
     url = "/v1/audio/transcriptions"
-    assert_error(post(server, url, files={"file": ("a.wav", raw)},
-                      data={"response_format": "verbose_json",
-                            "timestamp_granularities[]": "word"}),
-                 "per-token timestamps", "not_supported_error")
     assert_error(post(server, url, files={"file": ("a.wav", raw)},
                       data={"timestamp_granularities[]": "segment"}), "verbose_json")
     assert_error(post(server, "/v1/audio/translations", files={"file": ("a.wav", raw)}),

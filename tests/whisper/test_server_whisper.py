@@ -61,6 +61,7 @@ def test_inference_json_verbose_json_and_srt(server, wav, expected):  # noqa: F8
     assert seg["tokens"] == [t.id for t in text_tokens]
     assert [w["word"] for w in seg["words"]] == [t.text for t in text_tokens]
     assert [w["probability"] for w in seg["words"]] == pytest.approx([t.p for t in text_tokens])
+    assert all(0 <= w["start"] <= w["end"] <= body["duration"] + 0.01 for w in seg["words"])
     srt = inference(server, wav, response_format="srt", offset_n="5")
     assert srt.headers["content-type"].startswith("application/x-subrip")
     assert srt.text == to_srt(expected.segments, 5)
@@ -75,6 +76,10 @@ def test_bad_uploads_get_whisper_cpp_error_shape(server, wav):  # noqa: F811
     assert resp.status_code == 400 and "diarize" in resp.json()["error"]
     resp = inference(server, wav, beam_size="nine")
     assert resp.json() == {"error": "'beam_size' must be an integer, not 'nine'"}
+    resp = inference(server, wav, max_len="30")  # whisper.cpp wraps verbose_json only
+    assert resp.status_code == 400 and resp.json() == {
+        "error": "max_len applies only to verbose_json with timestamps (the token times "
+                 "whisper.cpp computes)"}
 
 
 def test_load_swaps_the_model_and_keeps_it_on_failure(server, tmp_path, wav, expected):  # noqa: F811
@@ -89,7 +94,7 @@ def test_load_swaps_the_model_and_keeps_it_on_failure(server, tmp_path, wav, exp
     assert inference(server, wav).json() == {"text": to_txt(expected.segments)}
 
 
-@pytest.mark.parametrize("flag", [["-di"], ["-ml", "30"], ["-dtw", "tiny.en"], ["-p", "2"]])
+@pytest.mark.parametrize("flag", [["-di"], ["-tdrz"], ["-dtw", "tiny.en"], ["-p", "2"]])
 def test_flags_llamacpy_cannot_honour_are_refused(flag, capsys):
     assert whisper_server.main(["-m", "whisper-tiny.en", *flag]) == 1
     err = capsys.readouterr().err.strip().splitlines()
