@@ -32,7 +32,7 @@ from .models.whisper import WhisperModel
 FALLBACK = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # faster-whisper's default temperatures
 # faster-whisper arguments that only their default value can take here
 ONLY_DEFAULT = {"patience": 1, "repetition_penalty": 1, "no_repeat_ngram_size": 0,
-                "prompt_reset_on_temperature": 0.5, "prefix": None, "word_timestamps": False,
+                "prompt_reset_on_temperature": 0.5, "prefix": None,
                 "vad_filter": False, "vad_parameters": None, "multilingual": False,
                 "max_new_tokens": None, "chunk_length": None, "clip_timestamps": "0",
                 "hallucination_silence_threshold": None, "hotwords": None,
@@ -41,6 +41,16 @@ ONLY_DEFAULT = {"patience": 1, "repetition_penalty": 1, "no_repeat_ngram_size": 
 
 class NotSupportedError(ValueError):
     """An argument whose effect llamacpy does not provide."""
+
+
+@dataclass
+class Word:
+    """faster_whisper.transcribe.Word."""
+
+    start: float
+    end: float
+    word: str
+    probability: float
 
 
 @dataclass
@@ -56,7 +66,7 @@ class Segment:
     avg_logprob: float
     compression_ratio: float
     no_speech_prob: float
-    words: list | None
+    words: list[Word] | None
     temperature: float
 
 
@@ -96,8 +106,8 @@ class Whisper:
                    condition_on_previous_text: bool = True,
                    initial_prompt: str | None = None, suppress_blank: bool = True,
                    suppress_tokens: list[int] | None = (-1,), without_timestamps: bool = False,
-                   max_initial_timestamp: float = 1.0, log_progress: bool = False,
-                   **kwargs) -> tuple[list[Segment], TranscriptionInfo]:
+                   max_initial_timestamp: float = 1.0, word_timestamps: bool = False,
+                   log_progress: bool = False, **kwargs) -> tuple[list[Segment], TranscriptionInfo]:
         """Transcribe a file (WAV, or any format through ffmpeg), an open binary file or 16 kHz
         mono float32 samples; faster-whisper's arguments and return values."""
         refuse_non_defaults(kwargs)
@@ -120,8 +130,17 @@ class Whisper:
             max_initial_ts=max_initial_timestamp, zero_fill=True)
         progress = (lambda p: print(f"whisper: progress = {p:3d}%", flush=True)) \
             if log_progress else None
-        result = transcribe(self.gguf, self.model, load(audio), options, progress)
-        return [segment(i, s) for i, s in enumerate(result.segments)], info(result, options)
+        samples = load(audio)
+        result = transcribe(self.gguf, self.model, samples, options, progress)
+        segments = result.segments
+        if word_timestamps:  # whisper.cpp's token times, not faster-whisper's DTW alignment
+            from .audio.token_times import with_token_times
+            from .audio.transcribe import SpecialTokens
+
+            segments = with_token_times(segments, samples, self.gguf.require(
+                "tokenizer.ggml.tokens"), SpecialTokens.from_gguf(self.gguf))
+        out = [segment(i, s, word_timestamps) for i, s in enumerate(segments)]
+        return out, info(result, options)
 
 
 def refuse_non_defaults(kwargs: dict[str, Any]) -> None:
@@ -190,9 +209,22 @@ def load(audio) -> np.ndarray:
         return load_audio(fh.name)
 
 
-def segment(i: int, s) -> Segment:
+def segment(i: int, s, with_words: bool) -> Segment:
     return Segment(i, s.seek, s.start, s.end, s.text, [t.id for t in s.tokens], s.avg_logprob,
-                   s.compression_ratio, s.no_speech_prob, None, s.temperature)
+                   s.compression_ratio, s.no_speech_prob, words(s) if with_words else None,
+                   s.temperature)
+
+
+def words(s) -> list[Word]:
+    """A timed segment's tokens joined into words (a new one at a leading space): from the
+    first token's start to the last one's end, the tokens' mean probability."""
+    groups: list[list] = []
+    for t in (t for t in s.tokens if t.id < s.eot):
+        if not groups or t.text.startswith(" "):
+            groups.append([])
+        groups[-1].append(t)
+    return [Word(g[0].t0, g[-1].t1, "".join(t.text for t in g), float(np.mean([t.p for t in g])))
+            for g in groups]
 
 
 def info(result, options: TranscribeOptions) -> TranscriptionInfo:
