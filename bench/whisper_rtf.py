@@ -11,7 +11,7 @@ engine's default fallback and previous-text conditioning) and read its wall and 
 (time.process_time of that process: every thread of it). Printed: medians, RTF (seconds per
 second of audio), and the speed of ours against each reference (their seconds / ours).
 `--blas-avx512` starts ours with OPENBLAS_CORETYPE=SkylakeX (OpenBLAS reads this CPU's Zen 5
-as Haswell: AVX2 sgemm). whisper.cpp needs pywhispercpp and a ggml-*.bin: made once from the
+as Haswell: AVX2 sgemm); the engine `ours-avx512` is that beside the default one. whisper.cpp needs pywhispercpp and a ggml-*.bin: made once from the
 CTranslate2 folder with whisper.cpp's models/convert-pt-to-ggml.py (--whisper-cpp-src, the
 pywhispercpp sdist's whisper.cpp folder), cached in ~/.cache/llamacpy/ggml/.
 """
@@ -171,6 +171,9 @@ def _configs(args) -> list[tuple[str, str, str, int, dict]]:
         for e in args.engines:
             if e == "ours":
                 out.append((f"ours f16->f32 bs{beam}", "ours", args.model, beam, blas))
+            elif e == "ours-avx512":
+                out.append((f"ours f16->f32 AVX-512 sgemm bs{beam}", "ours", args.model, beam,
+                            {"OPENBLAS_CORETYPE": "SkylakeX"}))
             elif e == "ours-q8":
                 out.append((f"ours q8_0 bs{beam}", "ours", str(q8_0_gguf(args.model)), beam, blas))
             elif e in ("fw-f32", "fw-int8"):
