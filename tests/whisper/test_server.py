@@ -219,3 +219,22 @@ def test_long_uploads_log_progress(tmp_path, whisper_gguf, capsys):
     assert resp.status_code == 200, resp.text
     lines = [line for line in capsys.readouterr().err.splitlines() if "progress =" in line]
     assert lines and lines[-1] == "whisper-server: 'long.wav': progress = 100%"
+
+
+def test_api_key_and_loading_state_gate_every_route(whisper_gguf):
+    """--api-key guards the audio routes (not /health); before the model is loaded they are 503."""
+    from starlette.testclient import TestClient
+
+    from llamacpy.server.audio import AudioConfig, AudioState, build_audio_app
+
+    state = AudioState(AudioConfig(whisper_gguf.path, api_keys=["secret"]))
+    try:
+        client = TestClient(build_audio_app(state))
+        resp = client.post("/v1/audio/transcriptions", files={"file": ("a.wav", b"x")})
+        assert resp.status_code == 401 and resp.json()["error"]["type"] == "authentication_error"
+        resp = client.post("/inference", files={"file": ("a.wav", b"x")},
+                           headers={"Authorization": "Bearer secret"})
+        assert resp.status_code == 503 and resp.json()["error"]["message"] == "Loading model"
+        assert client.get("/health").status_code == 503
+    finally:
+        state.stop()
