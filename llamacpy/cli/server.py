@@ -191,12 +191,18 @@ def serve(args, cfg) -> int:
         log(args, f"model loaded in {time.perf_counter() - t0:.1f} s; {cfg.n_parallel} slot(s) "
                   f"of {state.engine.n_ctx_slot} tokens; server is ready")
 
+    return run_server(server, load, state.stop, exit_code)
+
+
+def run_server(server, load, stop, exit_code: list[int]) -> int:
+    """Load in a background thread while uvicorn serves until SIGINT / SIGTERM; then `stop`.
+    The exit status: exit_code[0], or 1 when the socket could not be bound."""
     threading.Thread(target=load, name="llamacpy-load", daemon=True).start()
     install_signal_handlers(server)
     try:
         server.run()
     finally:
-        state.stop()
+        stop()
     if exit_code[0] == 0 and not server.started:
         return 1  # could not bind
     return exit_code[0]

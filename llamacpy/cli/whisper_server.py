@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import threading
 import time
 
 from .common import fail
@@ -137,7 +136,7 @@ def serve(cfg, host: str, port: int, timeout: int = 600, n_threads_http: int = -
     import uvicorn
 
     from ..server.audio import AudioState, build_audio_app
-    from .server import install_signal_handlers, with_http_threads
+    from .server import run_server, with_http_threads
 
     state = AudioState(cfg)
     level = "info" if cfg.verbosity >= 3 else "warning" if cfg.verbosity >= 0 else "critical"
@@ -160,15 +159,7 @@ def serve(cfg, host: str, port: int, timeout: int = 600, n_threads_http: int = -
             return
         state.log(f"model loaded in {time.perf_counter() - t0:.1f} s; server is ready")
 
-    threading.Thread(target=load, name="llamacpy-load", daemon=True).start()
-    install_signal_handlers(server)
-    try:
-        server.run()
-    finally:
-        state.stop()
-    if exit_code[0] == 0 and not server.started:
-        return 1  # could not bind
-    return exit_code[0]
+    return run_server(server, load, state.stop, exit_code)
 
 
 def llama_server_flags(given: set[str]) -> str | None:
