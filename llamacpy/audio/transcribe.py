@@ -29,8 +29,13 @@ from ..models.whisper import WhisperModel
 from .decode import HISTORY_TEMP_CUTOFF, WINDOW, WindowDecoder, log_softmax
 from .language import detect_language
 from .mel import HOP_LENGTH, N_FFT, N_SAMPLES, log_mel_spectrogram, pad_or_trim
-from .vocab import SpecialTokens, language_token, token_bytes, tokens_to_text
-from .vocab import languages  # noqa: F401 (re-exported for the CLI and servers)
+from .vocab import (
+    SpecialTokens,
+    language_token,
+    languages,  # noqa: F401 (re-exported for the CLI and servers)
+    token_bytes,
+    tokens_to_text,
+)
 
 MAX_DECODERS = 8  # WHISPER_MAX_DECODERS
 

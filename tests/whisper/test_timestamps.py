@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from llamacpy.audio.mel import N_SAMPLES, log_mel_spectrogram, pad_or_trim
 from llamacpy.audio.decode import TokenData, WindowResult
-from llamacpy.audio.transcribe import (SpecialTokens, TranscribeOptions, greedy_tokens,
-                                       tokens_to_text, window_segments)
+from llamacpy.audio.mel import N_SAMPLES, log_mel_spectrogram, pad_or_trim
+from llamacpy.audio.transcribe import (
+    SpecialTokens,
+    TranscribeOptions,
+    greedy_tokens,
+    tokens_to_text,
+    window_segments,
+)
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 LONG = ("The quick brown fox jumps over the lazy dog. Please call Stella and ask her to bring "
@@ -43,7 +48,7 @@ def test_timestamp_tokens_and_segments_match_ctranslate2(whisper_gguf, whisper_m
 
 
 def _result(ids: list[int], sp: SpecialTokens, seek_delta: int = 3000) -> WindowResult:
-    tokens = [TokenData(t, t if t >= sp.timestamp_begin else sp.timestamp_begin, 1.0, 0.0, 1.0,
+    tokens = [TokenData(t, max(t, sp.timestamp_begin), 1.0, 0.0, 1.0,
                         1.0) for t in ids]
     return WindowResult(tokens, seek_delta, 0.0, 0.0, 0.0, 0.0, False)
 
