@@ -10,8 +10,10 @@ each engine in turn (a rotated order every round) for one full transcription (En
 engine's default fallback and previous-text conditioning) and read its wall and CPU seconds
 (time.process_time of that process: every thread of it). Printed: medians, RTF (seconds per
 second of audio), and the speed of ours against each reference (their seconds / ours).
-`--blas-avx512` starts ours with OPENBLAS_CORETYPE=SkylakeX (OpenBLAS reads this CPU's Zen 5
-as Haswell: AVX2 sgemm); the engine `ours-avx512` is that beside the default one. whisper.cpp needs pywhispercpp and a ggml-*.bin: made once from the
+Run it with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`, as the other benchmarks: this VM's
+environment forces OpenBLAS onto its Haswell (AVX2) kernels, which a user's machine does not (on
+Zen 5 OpenBLAS picks SkylakeX itself). `--blas-avx512` starts ours with OPENBLAS_CORETYPE=SkylakeX
+whatever the environment says; the engine `ours-avx512` is that beside the default one. whisper.cpp needs pywhispercpp and a ggml-*.bin: made once from the
 CTranslate2 folder with whisper.cpp's models/convert-pt-to-ggml.py (--whisper-cpp-src, the
 pywhispercpp sdist's whisper.cpp folder), cached in ~/.cache/llamacpy/ggml/.
 """
