@@ -115,21 +115,27 @@ def long_stream(app, client_: httpx.Client):
                           timeout=60)
 
 
+def assert_stopped_early(app, before: float) -> None:
+    """The slot frees, and the 900 tokens asked for were never all generated (a finished
+    generation adds its tokens to tokens_predicted_total, a cancelled one does not)."""
+    wait_for(lambda: metric(app, "requests_processing") == 0, 15, "the slot to be freed")
+    assert metric(app, "tokens_predicted_total") - before < 900
+
+
 def test_client_that_leaves_cancels_its_generation(app):
+    before = metric(app, "tokens_predicted_total")
     with httpx.Client() as c, long_stream(app, c) as r:
         lines = r.iter_lines()
         assert [next(lines) for _ in range(6)]
-    t0 = time.monotonic()
-    wait_for(lambda: metric(app, "requests_processing") == 0, 10, "the slot to be freed")
-    # 900 tokens at one thread take well over 3 s: the generation was stopped, not finished
-    assert time.monotonic() - t0 < 3
+    assert_stopped_early(app, before)
 
 
 def test_client_that_leaves_before_the_answer_cancels_it_too(app):
+    before = metric(app, "tokens_predicted_total")
     body = {"messages": CHAT, "max_tokens": 900, "ignore_eos": True}
-    with pytest.raises(httpx.ReadTimeout):
+    with pytest.raises(httpx.TimeoutException):
         httpx.post(f"{app.url}/v1/chat/completions", json=body, headers=AUTH, timeout=1.5)
-    wait_for(lambda: metric(app, "requests_processing") == 0, 4, "the slot to be freed")
+    assert_stopped_early(app, before)
 
 
 def test_killed_replica_fails_its_stream_and_is_restarted(app, client):
