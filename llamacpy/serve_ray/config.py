@@ -12,6 +12,7 @@ model limit; the flags Serve cannot honour (--no-models-autoload, --sleep-idle-s
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass, field
 
 from ..cli.args import ArgumentParser, fail, parse_args
@@ -127,6 +128,7 @@ def served_models(args: argparse.Namespace, argv: list[str]) -> tuple[dict, list
     """name -> ModelSpec, and the flags every replica gets; the flags are checked now, as a
     replica would check them at its load."""
     from ..cli.server import server_config
+    from ..server.audio import is_whisper
     from ..server.router import ROUTER_ONLY, check_child_flags, child_flags
 
     if args.model:
@@ -144,6 +146,12 @@ def served_models(args: argparse.Namespace, argv: list[str]) -> tuple[dict, list
         models = discover(args.models_dir, args.models_preset)
     except PresetError as e:
         raise ValueError(str(e)) from None
+    # speech models (router mode routes /v1/audio/* to them) have no llama-server replica here
+    speech = [name for name, spec in models.items() if is_whisper(spec.path)]
+    for name in speech:
+        print(f"{PROG}: skipping '{name}': a whisper model (serve it with whisper-server or "
+              "llama-server)", file=sys.stderr)
+        del models[name]
     if not models:
         raise ValueError(f"no models found in '{args.models_dir}'")
     return models, child_flags(argv)

@@ -66,6 +66,17 @@ def test_models_dir_is_discovered_as_router_mode(model_paths, tmp_path):
     assert cfg.models_max == 2 and cfg.flags == ["-c", "1024", "-t", "1"]
 
 
+def test_models_dir_skips_whisper_models(model_paths, tmp_path, capsys):
+    from llamacpy.hub import pull
+
+    (tmp_path / "smol.gguf").symlink_to(model_paths["smollm2-135m"])
+    (tmp_path / "speech.gguf").symlink_to(pull("whisper-tiny.en", quiet=True))
+    cfg = config_from_argv(["--models-dir", str(tmp_path)])
+    assert "smol" in cfg.models and "speech" not in cfg.models
+    assert not any("whisper" in name for name in cfg.models)  # nor the cached ones
+    assert "skipping 'speech': a whisper model" in capsys.readouterr().err
+
+
 def test_refusals(capsys, model_paths):
     model = str(model_paths["smollm2-135m"])
     assert "not both" in refusal(capsys, ["-m", model, "--replicas", "2", "--autoscale", "1:2"])
