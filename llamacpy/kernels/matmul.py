@@ -371,20 +371,12 @@ def _store_pair(Y, r, p, acc):
 
 
 # Each parallel kernel below is a prange over row chunks whose body is one call of a plain
-# (serial) njit function made for its kind by `_serial_rows`: numba then types and lowers the
-# long inlined body once, outside its parfor passes (which copy, fuse and retype a prange's whole
-# body), and a kernel compiles in ~60% of the time.
-def _serial_rows(body, kind):
-    """An njit function running the inline `body` for one kind (a constant: its other kinds'
-    branches are pruned before typing), compiled into each kernel that calls it."""
-
-    @njit(nogil=NOGIL, fastmath=FASTMATH)
-    def rows(w, xq, xd, xs, nbp, Y, lo, hi, nb, ng):
-        body(w, xq, xd, xs, nbp, Y, lo, hi, nb, ng, kind)
-
-    return rows
-
-
+# (serial) njit function of its kind (`_q8_0_rows` ...): numba then types and lowers the long
+# inlined body once, outside its parfor passes (which copy, fuse and retype a prange's whole
+# body), and a kernel compiles in ~60% of the time. One module-level function per kind, never a
+# closure from a factory: numba names compiled functions by qualified name, and cached kernels
+# from different processes holding same-named callees of different kinds would be merged as one
+# when both are loaded.
 @njit(inline="always")
 def _int_row_range(w, xp, xd2, xs, nbp, Y, lo, hi, nb, npairs, kind):
     """Rows lo..hi of `_int_rows` (one parallel chunk's work)."""
@@ -541,22 +533,84 @@ def _int_rows_zmm(w, X, Y, chunks, kind, rows_of_kind):
                      nq)
 
 
-_q8_0_rows = _serial_rows(_int_row_range, KIND_Q8_0)
-_q5_0_rows = _serial_rows(_int_row_range, KIND_Q5_0)
-_iq4_nl_rows = _serial_rows(_int_row_range, KIND_IQ4_NL)
-_q4_0_rows = _serial_rows(_int_row_range, KIND_Q4_0)
-_q4_1_rows = _serial_rows(_int_row_range, KIND_Q4_1)
-_q4_k_rows = _serial_rows(_int_row_range, KIND_Q4_K)
-_q6_k_rows = _serial_rows(_int_row_range, KIND_Q6_K)
-_q6_k_bytes_rows = _serial_rows(_int_row_range, KIND_Q6_K_BYTES)
-_q8_0_rows_zmm = _serial_rows(_int_row_range_zmm, KIND_Q8_0)
-_q5_0_rows_zmm = _serial_rows(_int_row_range_zmm, KIND_Q5_0)
-_iq4_nl_rows_zmm = _serial_rows(_int_row_range_zmm, KIND_IQ4_NL)
-_q4_0_rows_zmm = _serial_rows(_int_row_range_zmm, KIND_Q4_0)
-_q4_1_rows_zmm = _serial_rows(_int_row_range_zmm, KIND_Q4_1)
-_q4_k_rows_zmm = _serial_rows(_int_row_range_zmm, KIND_Q4_K)
-_q6_k_rows_zmm = _serial_rows(_int_row_range_zmm, KIND_Q6_K)
-_q6_k_bytes_rows_zmm = _serial_rows(_int_row_range_zmm, KIND_Q6_K_BYTES)
+@njit(nogil=NOGIL, fastmath=FASTMATH)
+def _q8_0_rows(w, xp, xd, xs, nbp, Y, lo, hi, nb, npairs):
+    _int_row_range(w, xp, xd, xs, nbp, Y, lo, hi, nb, npairs, KIND_Q8_0)
+
+
+@njit(nogil=NOGIL, fastmath=FASTMATH)
+def _q5_0_rows(w, xp, xd, xs, nbp, Y, lo, hi, nb, npairs):
+    _int_row_range(w, xp, xd, xs, nbp, Y, lo, hi, nb, npairs, KIND_Q5_0)
+
+
+@njit(nogil=NOGIL, fastmath=FASTMATH)
+def _iq4_nl_rows(w, xp, xd, xs, nbp, Y, lo, hi, nb, npairs):
+    _int_row_range(w, xp, xd, xs, nbp, Y, lo, hi, nb, npairs, KIND_IQ4_NL)
+
+
+@njit(nogil=NOGIL, fastmath=FASTMATH)
+def _q4_0_rows(w, xp, xd, xs, nbp, Y, lo, hi, nb, npairs):
+    _int_row_range(w, xp, xd, xs, nbp, Y, lo, hi, nb, npairs, KIND_Q4_0)
+
+
+@njit(nogil=NOGIL, fastmath=FASTMATH)
+def _q4_1_rows(w, xp, xd, xs, nbp, Y, lo, hi, nb, npairs):
+    _int_row_range(w, xp, xd, xs, nbp, Y, lo, hi, nb, npairs, KIND_Q4_1)
+
+
+@njit(nogil=NOGIL, fastmath=FASTMATH)
+def _q4_k_rows(w, xp, xd, xs, nbp, Y, lo, hi, nb, npairs):
+    _int_row_range(w, xp, xd, xs, nbp, Y, lo, hi, nb, npairs, KIND_Q4_K)
+
+
+@njit(nogil=NOGIL, fastmath=FASTMATH)
+def _q6_k_rows(w, xp, xd, xs, nbp, Y, lo, hi, nb, npairs):
+    _int_row_range(w, xp, xd, xs, nbp, Y, lo, hi, nb, npairs, KIND_Q6_K)
+
+
+@njit(nogil=NOGIL, fastmath=FASTMATH)
+def _q6_k_bytes_rows(w, xp, xd, xs, nbp, Y, lo, hi, nb, npairs):
+    _int_row_range(w, xp, xd, xs, nbp, Y, lo, hi, nb, npairs, KIND_Q6_K_BYTES)
+
+
+@njit(nogil=NOGIL, fastmath=FASTMATH)
+def _q8_0_rows_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq):
+    _int_row_range_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq, KIND_Q8_0)
+
+
+@njit(nogil=NOGIL, fastmath=FASTMATH)
+def _q5_0_rows_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq):
+    _int_row_range_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq, KIND_Q5_0)
+
+
+@njit(nogil=NOGIL, fastmath=FASTMATH)
+def _iq4_nl_rows_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq):
+    _int_row_range_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq, KIND_IQ4_NL)
+
+
+@njit(nogil=NOGIL, fastmath=FASTMATH)
+def _q4_0_rows_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq):
+    _int_row_range_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq, KIND_Q4_0)
+
+
+@njit(nogil=NOGIL, fastmath=FASTMATH)
+def _q4_1_rows_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq):
+    _int_row_range_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq, KIND_Q4_1)
+
+
+@njit(nogil=NOGIL, fastmath=FASTMATH)
+def _q4_k_rows_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq):
+    _int_row_range_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq, KIND_Q4_K)
+
+
+@njit(nogil=NOGIL, fastmath=FASTMATH)
+def _q6_k_rows_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq):
+    _int_row_range_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq, KIND_Q6_K)
+
+
+@njit(nogil=NOGIL, fastmath=FASTMATH)
+def _q6_k_bytes_rows_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq):
+    _int_row_range_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq, KIND_Q6_K_BYTES)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
