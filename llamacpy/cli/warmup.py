@@ -60,8 +60,9 @@ def main(argv: list[str] | None = None) -> int:
 def cached_catalogue_models() -> list[tuple[str, Path]]:
     from ..hub.catalog import CATALOG, cache_dir
 
+    # the speech models run in whisper-cli / whisper-server, not llama-server's warm-up steps
     return [(e.name, cache_dir() / e.file) for e in CATALOG.values()
-            if (cache_dir() / e.file).exists()]
+            if (cache_dir() / e.file).exists() and e.source_format != "ctranslate2-whisper"]
 
 
 def warm_model(path: Path, n_seq: int, repack: bool, progress, jobs: int | None = None) -> float:

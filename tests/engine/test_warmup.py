@@ -100,3 +100,15 @@ def test_kernels_compiled_by_helpers_land_in_the_cache(tmp_path):
     assert second.returncode == 0, second.stderr
     assert int(second.stdout.split()[-1]) == 0
     assert not list((tmp_path / "tmp").iterdir())  # the claim files are gone
+
+
+def test_install_warmup_leaves_out_the_speech_models(tmp_path, monkeypatch):
+    """`llamacpy warmup` with no MODEL warms the cached catalogue models llama-server runs: a
+    cached whisper GGUF (which llama-server's warm-up cannot load) is not among them."""
+    from llamacpy.cli.warmup import cached_catalogue_models
+    from llamacpy.hub.catalog import CATALOG
+
+    monkeypatch.setenv("LLAMA_CACHE", str(tmp_path))
+    for name in ("whisper-tiny.en", "smollm2-135m"):
+        (tmp_path / CATALOG[name].file).write_bytes(b"")
+    assert [name for name, _ in cached_catalogue_models()] == ["smollm2-135m"]

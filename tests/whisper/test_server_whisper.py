@@ -60,7 +60,9 @@ def test_inference_json_verbose_json_and_srt(server, wav, expected):  # noqa: F8
     text_tokens = [t for t in want.tokens if t.id < want.eot]
     assert seg["tokens"] == [t.id for t in text_tokens]
     assert [w["word"] for w in seg["words"]] == [t.text for t in text_tokens]
-    assert [w["probability"] for w in seg["words"]] == pytest.approx([t.p for t in text_tokens])
+    # the server's process may sum in another order (its thread count): equal to float32 rounding
+    assert [w["probability"] for w in seg["words"]] == pytest.approx([t.p for t in text_tokens],
+                                                                     rel=1e-5)
     assert all(0 <= w["start"] <= w["end"] <= body["duration"] + 0.01 for w in seg["words"])
     srt = inference(server, wav, response_format="srt", offset_n="5")
     assert srt.headers["content-type"].startswith("application/x-subrip")
