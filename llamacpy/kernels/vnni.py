@@ -1,28 +1,33 @@
 """Prompt-time matmul on AVX-512 VNNI: int16 weights x int16 activations with vpdpwssd.
 
-Y[t, r] = sum over blocks b of  ws[r, b] * xs[t, b] * (q[r, b] . xq[t, b])  -  wm[r, b] * xsum[t, b]
+Y[t, r] = sum over blocks b of  ws[r, b] * xs[t, b] * (q[r, b] . xq[t, b])  -  sum of wm * xsum
 
-where each weight block is small integers q with a float scale ws (and for Q4_K / Q4_1 a min
-wm), exactly as the GGUF stores it, and the activations are quantized per block to int16
-(`QMAX`, as the decode kernels do: relative error ~1.5e-5 of the block's largest value). One
-vpdpwssd multiplies 32 int16 pairs (16 rows x 2 k) and adds them to int32 lanes, twice the
-multiply-adds of an fp32 FMA, and the products are exact: on a Zen 5 core whole layers run
-1.3-1.5x faster than OpenBLAS's AVX-512 sgemm on the dequantized rows (the path everywhere
-else, kernels/matmul.py).
+where each weight block is small integers q with a float scale ws (and for Q4_K / Q4_1 mins
+wm, one per `sub` values), and the activations are quantized per block to int16 with a bound
+`qmax` that keeps each block's int32 sum from overflowing (`Unpacker.qmax`). The 32-weight types
+keep the GGUF's blocks (qmax 32767, relative step ~1.5e-5 of the block's largest value). The
+K-quants fold their integer sub-block scales into q, so their blocks are 256 (Q4_K, qmax 8876)
+and 64 (Q6_K, qmax 8191) long: the int32 sums are converted 8x / 4x less often. One vpdpwssd
+multiplies 32 int16 pairs (16 rows x 2 k) and adds them to int32 lanes, twice the multiply-adds
+of an fp32 FMA, and the products are exact: on a Zen 5 core whole layers run 1.3-1.7x faster
+than OpenBLAS's AVX-512 sgemm on the dequantized rows (the path everywhere else,
+kernels/matmul.py).
 
 Layout (BLIS-like): a panel of rows is unpacked once into int16 pairs, two strips of 16 rows
 interleaved per strip pair, [strip pair][k pair][2][16 lanes] (`pack_*`); the activations into
 [token group of 6][k pair][6] (`_quantize_activations`). The micro-kernel (`_micro_kernel_factory`,
 LLVM IR written here) holds 2 strips x 6 tokens of int32 accumulators and their float sums in 24
-zmm registers; per block it converts the int sums and applies both scales. K is walked in chunks
-of `KC` so that a strip pair's chunk stays in L1 and the activations' chunk in L2 while every
-token group passes over it.
+zmm registers; per block it converts the int sums and applies both scales, then the min terms.
+K is walked in chunks of `KC` so that a strip pair's chunk stays in L1 and the activations'
+chunk in L2 while every token group passes over it.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -67,12 +72,13 @@ def _phis(builder, pred, initial):
     return out
 
 
-def _micro_kernel_factory(with_mins: bool):
+def _micro_kernel_factory(nsub: int):
     """The intrinsic micro(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, rp):
     Y[sp, 6 tg + t, 16 g + lane] (Y [strip pair][rp tokens][32], flat) gets the sum over blocks
     b0 .. b0 + nblk of strip pair sp with token group tg: stored for the first K chunk (b0 = 0),
-    added for the others. The k loop walks one pointer into the
-    strip pair's weights and one into the token group's activations."""
+    added for the others. The k loop walks one pointer into the strip pair's weights and one
+    into the token group's activations. `nsub` is the number of min terms per block (0: none;
+    1: Q4_1's, one per block; 8: the folded Q4_K's, one per 32 of its blocks of 256)."""
 
     def typer(typingctx, Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, rp):
         sig = types.void(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, rp)
@@ -89,7 +95,8 @@ def _micro_kernel_factory(with_mins: bool):
             fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VF, [VF] * 3),
                                                  "llvm.fma.v16f32")
             # Wp [sp][k pair][2 strips][16 lanes], Xq [tg][k pair][6 tokens] (int32 pairs),
-            # WS / WM [sp][block][2][16], XS / XSUM [tg][block][6]
+            # WS [sp][block][2][16], XS [tg][block][6], WM [sp][block][nsub][2][16],
+            # XSUM [tg][block][nsub][6]
             p0 = builder.mul(b0, spb)
             w_ptr = builder.gep(wp, [builder.mul(builder.add(builder.mul(sp, half), p0),
                                                  c(STRIPS * LANES))])
@@ -132,30 +139,39 @@ def _micro_kernel_factory(with_mins: bool):
             builder.cbranch(builder.icmp_signed("<", s_next, spb), step, blk_end)
 
             builder.position_at_end(blk_end)
-            so = builder.add(s_ptr, builder.mul(bi, c(STRIPS * LANES)))
-            xo = builder.add(xs_ptr, builder.mul(bi, c(TOKENS)))
+            block = builder.add(b0, bi)  # this block's index in the row
 
-            def vload(base, off):  # 16 floats of WS / WM at the block's strip-pair offset
-                ptr = builder.gep(base, [builder.add(so, c(off))])
+            def vload(base, at):  # 16 floats of WS / WM at flat index `at`
+                ptr = builder.gep(base, [at])
                 return builder.load(builder.bitcast(ptr, VF.as_pointer()), align=4)
 
-            def sload(base, t):  # one float of XS / XSUM for token t of the group
-                return builder.load(builder.gep(base, [builder.add(xo, c(t))]))
+            def strip_at(row_blocks, j, g):  # WS / WM [sp][row_blocks][2][16], entry j, strip g
+                at = builder.add(builder.mul(sp, row_blocks), j)
+                return builder.add(builder.mul(at, c(STRIPS * LANES)), c(LANES * g))
 
-            wsg = [vload(ws, LANES * g) for g in range(STRIPS)]
-            xst = [_splat(builder, sload(xs, t), VF) for t in range(TOKENS)]
-            if with_mins:
-                wmg = [vload(wm, LANES * g) for g in range(STRIPS)]
-                nsum = [_splat(builder, builder.fneg(sload(xsum, t)), VF) for t in range(TOKENS)]
+            def token_at(row_blocks, j, t):  # XS / XSUM [tg][row_blocks][6], entry j, token t
+                at = builder.add(builder.mul(tg, row_blocks), j)
+                return builder.add(builder.mul(at, c(TOKENS)), c(t))
+
+            so = builder.add(s_ptr, builder.mul(bi, c(STRIPS * LANES)))
+            xo = builder.add(xs_ptr, builder.mul(bi, c(TOKENS)))
+            wsg = [vload(ws, builder.add(so, c(LANES * g))) for g in range(STRIPS)]
+            xst = [_splat(builder, builder.load(builder.gep(xs, [builder.add(xo, c(t))])), VF)
+                   for t in range(TOKENS)]
             out = []
             for g in range(STRIPS):
                 for t in range(TOKENS):
                     k = g * TOKENS + t
                     scale = builder.fmul(wsg[g], xst[t])
-                    f = builder.call(fma, [builder.sitofp(new[k], VF), scale, facc[k]])
-                    if with_mins:
-                        f = builder.call(fma, [wmg[g], nsum[t], f])
-                    out.append(f)
+                    out.append(builder.call(fma, [builder.sitofp(new[k], VF), scale, facc[k]]))
+            nm = builder.mul(nb, c(nsub))  # min terms per row
+            for j in range(nsub):  # Y -= wm * xsum for each of the block's min terms
+                mj = builder.add(builder.mul(block, c(nsub)), c(j))
+                wmg = [vload(wm, strip_at(nm, mj, g)) for g in range(STRIPS)]
+                nsum = [_splat(builder, builder.fneg(builder.load(
+                    builder.gep(xsum, [token_at(nm, mj, t)]))), VF) for t in range(TOKENS)]
+                out = [builder.call(fma, [wmg[g], nsum[t], out[g * TOKENS + t]])
+                       for g in range(STRIPS) for t in range(TOKENS)]
             for f, v in zip(facc, out):
                 f.add_incoming(v, blk_end)
             wq_b.add_incoming(wq_next, blk_end)
@@ -186,12 +202,13 @@ def _micro_kernel_factory(with_mins: bool):
     return intrinsic(typer)
 
 
-_micro = _micro_kernel_factory(False)
-_micro_mins = _micro_kernel_factory(True)
+_micro = _micro_kernel_factory(0)
+_micro_mins = _micro_kernel_factory(1)
+_micro_mins8 = _micro_kernel_factory(8)
 
 
 @njit(inline="always")
-def _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, mins):
+def _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, nsub):
     """Y [strip pair][n_tok][32] (flat) = the panel's strips x the activations. One parallel
     region: each of `parts` threads takes a run of strip pairs and walks K in chunks over it,
     every token group passing over a chunk while it is in L1."""
@@ -202,25 +219,37 @@ def _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb
             nblk = min(kc_blocks, nb - b0)
             for sp in range(lo, hi):
                 for tg in range(n_tok // TOKENS):
-                    if mins:
-                        _micro_mins(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb,
-                                    n_tok)
-                    else:
+                    if nsub == 0:
                         _micro(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb,
                                n_tok)
+                    elif nsub == 1:
+                        _micro_mins(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half,
+                                    nb, n_tok)
+                    else:
+                        _micro_mins8(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half,
+                                     nb, n_tok)
 
 
 # Top-level functions, not closures made by a factory: numba's cache finds these in a new
 # process (a closure compiled again each time: ~2 s and ~30 MB of LLVM memory per kernel).
 @njit(parallel=True, cache=True, nogil=NOGIL)
 def _gemm_panel(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts):
-    _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, False)
+    _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, 0)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
 def _gemm_panel_mins(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb,
                      parts):
-    _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, True)
+    _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, 1)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL)
+def _gemm_panel_mins8(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb,
+                      parts):
+    _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, 8)
+
+
+GEMM_PANELS = {0: _gemm_panel, 1: _gemm_panel_mins, 8: _gemm_panel_mins8}  # by min terms / block
 
 
 # ----------------------------------------------------------------------------- activations
@@ -230,39 +259,48 @@ ROUNDING = np.float32(1.5 * 2 ** 23)  # (v + R) - R rounds |v| < 2^22 to nearest
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
-def _quantize_activations(X, block, Xq, XS, XSUM):
-    """Xq = round(X / xs), xs = max |X| / QMAX per block of `block`; XSUM = xs * sum(Xq) per
-    block (the min terms then see the same quantized activations as the products). Layouts by
-    groups of 6 tokens: Xq [tg][k pair][6] (int32: one int16 pair each), XS / XSUM
-    [tg][block][6]; the last group's padding tokens are all zero."""
+def _quantize_activations(X, XB, block, qmax, sub, Xq, XS, XSUM):
+    """Xq = round(X / xs), xs = max |X| / qmax per block of `block`, so |Xq| <= qmax; XSUM =
+    xs * sum(Xq) per `sub` values (the min terms then see the same quantized activations as the
+    products; sub = block for Q4_1, 32 for the folded Q4_K). XB is X's bits (uint32): the
+    block's max |X| as an integer max of its bits vectorises, a float max is a serial chain.
+    Layouts by groups of 6 tokens: Xq [tg][k pair][6] (int32: one int16 pair each),
+    XS [tg][block][6], XSUM [tg][sub][6]; the last group's padding tokens are all zero."""
     n_tok, n = X.shape
-    nb, half = n // block, n // 2
+    nb, ns, half, per = n // block, n // sub, n // 2, block // sub
+    qmax = np.float32(qmax)
     for tg in prange((n_tok + TOKENS - 1) // TOKENS):
-        rows = np.zeros((TOKENS, n), np.int16)  # the group's quants in order, then interleaved
+        rows = np.zeros((TOKENS, block), np.int16)  # one block's quants in order (in L1)
+        pairs = rows.view(np.int32)  # [token, k pair of the block]
+        amax = np.empty(1, np.uint32)
         real = min(TOKENS, n_tok - TOKENS * tg)
         for tl in range(real, TOKENS):
             for b in range(nb):
                 XS[(tg * nb + b) * TOKENS + tl] = 0
-                XSUM[(tg * nb + b) * TOKENS + tl] = 0
-        for tl in range(real):
-            t = TOKENS * tg + tl
-            for b in range(nb):
-                amax = np.float32(0)
+            for b in range(ns):
+                XSUM[(tg * ns + b) * TOKENS + tl] = 0
+        for b in range(nb):
+            for tl in range(real):
+                t = TOKENS * tg + tl
+                bits = np.uint32(0)
                 for i in range(block * b, block * b + block):
-                    a = abs(ld2(X, t, i))
-                    amax = a if a > amax else amax
-                inv = QMAX / amax if amax > 0 else np.float32(0)
-                total = 0  # of the quants: integer sums vectorise, float ones are a serial chain
-                for i in range(block * b, block * b + block):
-                    q = np.int32((ld2(X, t, i) * inv + ROUNDING) - ROUNDING)
-                    rows[tl, i] = np.int16(q)
-                    total += q
-                XS[(tg * nb + b) * TOKENS + tl] = amax / QMAX
-                XSUM[(tg * nb + b) * TOKENS + tl] = np.float32(total) * (amax / QMAX)
-        pairs = rows.view(np.int32)  # [token, k pair]
-        for p in range(half):
-            for tl in range(TOKENS):
-                Xq[(tg * half + p) * TOKENS + tl] = pairs[tl, p]
+                    bits = max(bits, ld2(XB, t, i) & np.uint32(0x7FFFFFFF))
+                amax[0] = bits
+                top = amax.view(np.float32)[0]
+                inv = qmax / top if top > 0 else np.float32(0)
+                xs = top / qmax
+                XS[(tg * nb + b) * TOKENS + tl] = xs
+                for u in range(per):
+                    total = 0  # integer sums vectorise, float ones are a serial chain
+                    for i in range(sub * u, sub * u + sub):
+                        q = np.int32((ld2(X, t, block * b + i) * inv + ROUNDING) - ROUNDING)
+                        st2(rows, tl, i, np.int16(q))
+                        total += q
+                    XSUM[(tg * ns + per * b + u) * TOKENS + tl] = np.float32(total) * xs
+            at = (tg * half + block // 2 * b) * TOKENS
+            for p in range(block // 2):
+                for tl in range(TOKENS):
+                    Xq[at + p * TOKENS + tl] = ld2(pairs, tl, p)
 
 
 # -------------------------------------------------------------------------- weight unpacking
@@ -271,46 +309,59 @@ def _quantize_activations(X, block, Xq, XS, XSUM):
 # the 16 rows of a strip into the micro-kernel's layout.
 
 
+# The K-quants fold their integer sub-block scales into the weights, so the int32 sums need
+# converting once per block of 256 (Q4_K) or 64 (Q6_K) instead of per sub-block of 32 / 16:
+# Q4_K q sc in [0, 945] (w = d q sc - dmin m, the mins then one term per 32), Q6_K
+# (q - 32) sc in [-4064, 4096]. `Unpacker.qmax` bounds the activations so that no sum overflows.
+
+
 @njit(inline="always")
 def _ints_q4_k(w, r, q, sc, mn, lane):
     for sb in range(w.shape[1] // 144):
         o, y = 144 * sb, 256 * sb
         d, dmin = f16_at(w, r, o), f16_at(w, r, o + 2)
+        sc[lane, sb] = d
         for j in range(4):  # 32 bytes: low nibbles are sub-block 2j, high nibbles 2j + 1
-            for h in range(2):
-                s_, m_ = k4_scale_min(w, r, o + 4, 2 * j + h)
-                sc[lane, 8 * sb + 2 * j + h] = d * s_
-                mn[lane, 8 * sb + 2 * j + h] = dmin * m_
+            s0, m0 = k4_scale_min(w, r, o + 4, 2 * j)
+            s1, m1 = k4_scale_min(w, r, o + 4, 2 * j + 1)
+            mn[lane, 8 * sb + 2 * j], mn[lane, 8 * sb + 2 * j + 1] = dmin * m0, dmin * m1
+            i0, i1 = np.int16(s0), np.int16(s1)
             for l in range(32):
-                v = ld2(w, r, o + 16 + 32 * j + l)
-                q[lane, y + 64 * j + l] = np.int16(v & 15)
-                q[lane, y + 64 * j + 32 + l] = np.int16(v >> 4)
+                v = np.int16(ld2(w, r, o + 16 + 32 * j + l))
+                q[lane, y + 64 * j + l] = (v & 15) * i0
+                q[lane, y + 64 * j + 32 + l] = (v >> 4) * i1
 
 
 @njit(inline="always")
 def _ints_q6_k(w, r, q, sc, mn, lane):
-    # dequantize_row_q6_K: per half, byte l of ql/qh feeds elements l, l+32, l+64, l+96
+    # dequantize_row_q6_K: per half, byte l of ql/qh feeds elements l, l+32, l+64, l+96, whose
+    # scales are those of sub-blocks 8h + l // 16 + 0, 2, 4, 6
+    per = sc.shape[1] // (w.shape[1] // 210)  # scales per super-block (4: blocks of 64)
     for sb in range(w.shape[1] // 210):
         o, y = 210 * sb, 256 * sb
         d = f16_at(w, r, o + 208)
-        for k in range(16):
-            sc[lane, 16 * sb + k] = d * np.float32(np.int8(ld2(w, r, o + 192 + k)))
-            mn[lane, 16 * sb + k] = np.float32(0)
+        for i in range(per):
+            sc[lane, per * sb + i] = d
         for h in range(2):
-            for l in range(32):
-                a, c = ld2(w, r, o + 64 * h + l), ld2(w, r, o + 64 * h + 32 + l)
-                hb = ld2(w, r, o + 128 + 32 * h + l)
-                q[lane, y + 128 * h + l] = np.int16((a & 15) | ((hb & 3) << 4)) - 32
-                q[lane, y + 128 * h + 32 + l] = np.int16((c & 15) | ((hb & 12) << 2)) - 32
-                q[lane, y + 128 * h + 64 + l] = np.int16((a >> 4) | (hb & 48)) - 32
-                q[lane, y + 128 * h + 96 + l] = np.int16((c >> 4) | ((hb & 192) >> 2)) - 32
+            for lh in range(2):
+                k = o + 192 + 8 * h + lh  # sub-blocks k, k + 2, k + 4, k + 6
+                s0, s1 = np.int16(np.int8(ld2(w, r, k))), np.int16(np.int8(ld2(w, r, k + 2)))
+                s2, s3 = np.int16(np.int8(ld2(w, r, k + 4))), np.int16(np.int8(ld2(w, r, k + 6)))
+                for l in range(16 * lh, 16 * lh + 16):
+                    a, c = ld2(w, r, o + 64 * h + l), ld2(w, r, o + 64 * h + 32 + l)
+                    hb = ld2(w, r, o + 128 + 32 * h + l)
+                    at = y + 128 * h + l
+                    q[lane, at] = (np.int16((a & 15) | ((hb & 3) << 4)) - 32) * s0
+                    q[lane, at + 32] = (np.int16((c & 15) | ((hb & 12) << 2)) - 32) * s1
+                    q[lane, at + 64] = (np.int16((a >> 4) | (hb & 48)) - 32) * s2
+                    q[lane, at + 96] = (np.int16((c >> 4) | ((hb & 192) >> 2)) - 32) * s3
 
 
 @njit(inline="always")
 def _ints_q8_0(w, r, q, sc, mn, lane):
     for b in range(w.shape[1] // 34):
         o = 34 * b
-        sc[lane, b], mn[lane, b] = f16_at(w, r, o), np.float32(0)
+        sc[lane, b] = f16_at(w, r, o)
         for l in range(32):
             q[lane, 32 * b + l] = np.int16(np.int8(ld2(w, r, o + 2 + l)))
 
@@ -319,7 +370,7 @@ def _ints_q8_0(w, r, q, sc, mn, lane):
 def _ints_q5_0(w, r, q, sc, mn, lane):
     for b in range(w.shape[1] // 22):
         o = 22 * b
-        sc[lane, b], mn[lane, b] = f16_at(w, r, o), np.float32(0)
+        sc[lane, b] = f16_at(w, r, o)
         qh = load_u32(w, r, o + 2)
         for l in range(16):
             v = ld2(w, r, o + 6 + l)
@@ -331,7 +382,7 @@ def _ints_q5_0(w, r, q, sc, mn, lane):
 def _ints_q4_0(w, r, q, sc, mn, lane):
     for b in range(w.shape[1] // 18):
         o = 18 * b
-        sc[lane, b], mn[lane, b] = f16_at(w, r, o), np.float32(0)
+        sc[lane, b] = f16_at(w, r, o)
         for l in range(16):
             v = ld2(w, r, o + 2 + l)
             q[lane, 32 * b + l] = np.int16(v & 15) - 8
@@ -354,7 +405,7 @@ def _ints_iq4_nl(w, r, q, sc, mn, lane):
     grid = IQ4_NL_GRID
     for b in range(w.shape[1] // 18):
         o = 18 * b
-        sc[lane, b], mn[lane, b] = f16_at(w, r, o), np.float32(0)
+        sc[lane, b] = f16_at(w, r, o)
         for l in range(16):
             v = ld2(w, r, o + 2 + l)
             q[lane, 32 * b + l] = np.int16(grid[v & 15])
@@ -362,14 +413,14 @@ def _ints_iq4_nl(w, r, q, sc, mn, lane):
 
 
 @njit(inline="always")
-def _pack(w, r0, rows, Wp, WS, WM, half, nb, decode):
-    """Rows r0 .. r0 + rows of w into the strips of Wp [strip pair][k pair][2][16] and
-    WS / WM [strip pair][block][2][16], every strip of the pairs they fill; lanes past `rows`
-    are zero."""
+def _pack(w, r0, rows, Wp, WS, WM, half, nb, nm, decode):
+    """Rows r0 .. r0 + rows of w into the strips of Wp [strip pair][k pair][2][16],
+    WS [strip pair][block][2][16] and WM [strip pair][min term][2][16] (nm per row), every
+    strip of the pairs they fill; lanes past `rows` are zero."""
     for s in prange(-(-rows // (STRIPS * LANES)) * STRIPS):
         q = np.empty((LANES, 2 * half), np.int16)
         sc = np.empty((LANES, nb), np.float32)
-        mn = np.empty((LANES, nb), np.float32)
+        mn = np.empty((LANES, max(nm, 1)), np.float32)
         used = max(0, min(LANES, rows - LANES * s))
         for lane in range(used):
             decode(w, r0 + LANES * s + lane, q, sc, mn, lane)
@@ -384,53 +435,73 @@ def _pack(w, r0, rows, Wp, WS, WM, half, nb, decode):
             at = ((sp * nb + b) * STRIPS + g) * LANES
             for lane in range(LANES):
                 WS[at + lane] = sc[lane, b]
+        for b in range(nm):
+            at = ((sp * nm + b) * STRIPS + g) * LANES
+            for lane in range(LANES):
                 WM[at + lane] = mn[lane, b]
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
-def pack_q4_k(w, r0, rows, Wp, WS, WM, half, nb):
-    _pack(w, r0, rows, Wp, WS, WM, half, nb, _ints_q4_k)
+def pack_q4_k(w, r0, rows, Wp, WS, WM, half, nb, nm):
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, nm, _ints_q4_k)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
-def pack_q6_k(w, r0, rows, Wp, WS, WM, half, nb):
-    _pack(w, r0, rows, Wp, WS, WM, half, nb, _ints_q6_k)
+def pack_q6_k(w, r0, rows, Wp, WS, WM, half, nb, nm):
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, nm, _ints_q6_k)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
-def pack_q8_0(w, r0, rows, Wp, WS, WM, half, nb):
-    _pack(w, r0, rows, Wp, WS, WM, half, nb, _ints_q8_0)
+def pack_q8_0(w, r0, rows, Wp, WS, WM, half, nb, nm):
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, nm, _ints_q8_0)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
-def pack_q5_0(w, r0, rows, Wp, WS, WM, half, nb):
-    _pack(w, r0, rows, Wp, WS, WM, half, nb, _ints_q5_0)
+def pack_q5_0(w, r0, rows, Wp, WS, WM, half, nb, nm):
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, nm, _ints_q5_0)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
-def pack_q4_0(w, r0, rows, Wp, WS, WM, half, nb):
-    _pack(w, r0, rows, Wp, WS, WM, half, nb, _ints_q4_0)
+def pack_q4_0(w, r0, rows, Wp, WS, WM, half, nb, nm):
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, nm, _ints_q4_0)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
-def pack_q4_1(w, r0, rows, Wp, WS, WM, half, nb):
-    _pack(w, r0, rows, Wp, WS, WM, half, nb, _ints_q4_1)
+def pack_q4_1(w, r0, rows, Wp, WS, WM, half, nb, nm):
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, nm, _ints_q4_1)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
-def pack_iq4_nl(w, r0, rows, Wp, WS, WM, half, nb):
-    _pack(w, r0, rows, Wp, WS, WM, half, nb, _ints_iq4_nl)
+def pack_iq4_nl(w, r0, rows, Wp, WS, WM, half, nb, nm):
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, nm, _ints_iq4_nl)
 
 
-# block length of the integer weights, whether they carry mins, and their unpacking
+class Unpacker(NamedTuple):
+    """How a type's rows become int16 weights: `block` k values share one float scale (the int32
+    sums are converted once per block), `nsub` min terms per block (w = scale q - min), |q| <=
+    `wmax`, and the packer."""
+
+    block: int
+    nsub: int
+    wmax: int
+    pack: object
+
+    @property
+    def qmax(self) -> int:
+        """The activations' int16 bound: a block's sum of `block` products |q x| <= wmax qmax
+        stays within int32 (vpdpwssd wraps, so only the block's sum has to fit)."""
+        return min(int(QMAX), INT32_MAX // (self.block * self.wmax))
+
+
+INT32_MAX = 2**31 - 1
 UNPACKERS = {
-    GGMLType.Q4_K: (32, True, pack_q4_k),
-    GGMLType.Q6_K: (16, False, pack_q6_k),
-    GGMLType.Q8_0: (32, False, pack_q8_0),
-    GGMLType.Q5_0: (32, False, pack_q5_0),
-    GGMLType.Q4_0: (32, False, pack_q4_0),
-    GGMLType.Q4_1: (32, True, pack_q4_1),
-    GGMLType.IQ4_NL: (32, False, pack_iq4_nl),
+    GGMLType.Q4_K: Unpacker(256, 8, 15 * 63, pack_q4_k),  # qmax 8876
+    GGMLType.Q6_K: Unpacker(64, 0, 32 * 128, pack_q6_k),  # qmax 8191
+    GGMLType.Q8_0: Unpacker(32, 0, 128, pack_q8_0),
+    GGMLType.Q5_0: Unpacker(32, 0, 16, pack_q5_0),
+    GGMLType.Q4_0: Unpacker(32, 0, 8, pack_q4_0),
+    GGMLType.Q4_1: Unpacker(32, 1, 15, pack_q4_1),
+    GGMLType.IQ4_NL: Unpacker(32, 0, 127, pack_iq4_nl),
 }
 
 
@@ -449,32 +520,48 @@ def vnni_supports(ggml_type: GGMLType) -> bool:
 
 def vnni_matmul(w: np.ndarray, ggml_type: GGMLType, X: np.ndarray, out: np.ndarray) -> None:
     """out [T, rows] = X [T, n] @ W^T for a type in UNPACKERS, W uint8 [rows, row_bytes]."""
-    block, with_mins, pack = UNPACKERS[ggml_type]
+    u = UNPACKERS[ggml_type]
+    block, nsub = u.block, u.nsub
     n_tok, n = X.shape
     rows = w.shape[0]
     half, nb = n // 2, n // block
+    nm = nb * nsub  # min terms per row
     t_pad = -(-n_tok // TOKENS) * TOKENS
     Xq32 = _scratch("Xq", t_pad * half, np.int32)
     XS = _scratch("XS", t_pad * nb, np.float32)
-    XSUM = _scratch("XSUM", t_pad * nb, np.float32)
-    _quantize_activations(X, block, Xq32, XS, XSUM)
+    XSUM = _scratch("XSUM", t_pad * max(nm, nb), np.float32)
+    X = np.ascontiguousarray(X)
+    _timed("quantize", _quantize_activations, X, X.view(np.uint32), block, u.qmax,
+           block // max(nsub, 1), Xq32, XS, XSUM)
     strip_rows = STRIPS * LANES
     panel = min(-(-rows // strip_rows) * strip_rows,
                 max(strip_rows, PANEL_BYTES // (2 * n) // strip_rows * strip_rows))
     n_strips = panel // LANES
     Wp = _scratch("Wp", n_strips * half * LANES, np.int32)
     WS = _scratch("WS", n_strips * nb * LANES, np.float32)
-    WM = _scratch("WM", n_strips * nb * LANES, np.float32)
+    WM = _scratch("WM", n_strips * max(nm, 1) * LANES, np.float32)
     Y = _scratch("Y", panel * t_pad, np.float32).reshape(panel // strip_rows, t_pad, strip_rows)
-    gemm = _gemm_panel_mins if with_mins else _gemm_panel
+    gemm = GEMM_PANELS[nsub]
     kc_blocks = max(1, KC // block)
     for r0 in range(0, rows, panel):
         r1 = min(rows, r0 + panel)
         strips = -(-(r1 - r0) // strip_rows) * STRIPS
-        pack(w, r0, r1 - r0, Wp, WS, WM, half, nb)
-        gemm(Wp, WS, WM, Xq32, XS, XSUM, Y.reshape(-1), strips, t_pad, kc_blocks, block // 2,
-             half, nb, max(1, min(strips // STRIPS, numba.get_num_threads())))
-        _store_panel(Y, out, r0, r1 - r0, n_tok)
+        _timed("unpack", u.pack, w, r0, r1 - r0, Wp, WS, WM, half, nb, nm)
+        _timed("gemm", gemm, Wp, WS, WM, Xq32, XS, XSUM, Y.reshape(-1), strips, t_pad, kc_blocks,
+               block // 2, half, nb, max(1, min(strips // STRIPS, numba.get_num_threads())))
+        _timed("store", _store_panel, Y, out, r0, r1 - r0, n_tok)
+
+
+PROFILE: dict[str, float] | None = None  # part -> CPU seconds, summed while a bench sets it to {}
+
+
+def _timed(part: str, kernel, *args) -> None:
+    if PROFILE is None:
+        kernel(*args)
+        return
+    t0 = time.process_time()  # CPU time: the benches share the machine
+    kernel(*args)
+    PROFILE[part] = PROFILE.get(part, 0.0) + time.process_time() - t0
 
 
 _SCRATCH = threading.local()  # per thread: engines in several threads each get their own

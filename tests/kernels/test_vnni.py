@@ -1,6 +1,12 @@
 """The AVX-512 VNNI prompt kernel (kernels/vnni.py) against `X @ dequantize(W)^T` in float64:
 every type it takes, row counts off the 32-row tile, token counts off the 6-token tile, rows
-longer than one K chunk, and weights spread over several panels."""
+longer than one K chunk, weights spread over several panels, and the int32 sums at their
+worst-case weights and activations.
+
+Two references per product. Against the exact product the error may be as large as the
+activations' quantization allows: 0.5 * sum_k |W_rk| xs_tk, with xs the step of x_tk's block
+(max |x| / qmax). Against the product with the activations quantized as the kernel does (its
+numpy twin, `quantized`), only float32 rounding remains."""
 
 from __future__ import annotations
 
@@ -9,14 +15,64 @@ import importlib
 import numpy as np
 import pytest
 
-from llamacpy.format.constants import GGMLType
+from llamacpy.format.constants import GGML_QUANT_SIZES, GGMLType
 from llamacpy.kernels import vnni
 
-from .test_matvec import assert_close, reference, synth_blocks
+from .test_matvec import FP16_FIELDS, reference, synth_blocks
 
 mm = importlib.import_module("llamacpy.kernels.matmul")
 pytestmark = pytest.mark.skipif(not vnni.HAS_VNNI, reason="this CPU has no AVX-512 VNNI")
 TYPES = [t.name for t in vnni.UNPACKERS]
+EPS32 = 2.0**-24
+
+
+def quantized(X: np.ndarray, u: vnni.Unpacker) -> tuple[np.ndarray, np.ndarray]:
+    """The numpy twin of `_quantize_activations`: (xq [T, n] integers, xs [T, n] the step of
+    each value's block), in float64."""
+    n_tok, n = X.shape
+    xb = X.astype(np.float32).reshape(n_tok, n // u.block, u.block)
+    amax = np.abs(xb).max(-1, keepdims=True)
+    qmax = np.float32(u.qmax)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, qmax / amax, np.float32(0)).astype(np.float32)
+    xq = np.rint((xb * inv).astype(np.float32))
+    xs = np.broadcast_to(amax / qmax, xb.shape).astype(np.float32)
+    return xq.reshape(n_tok, n).astype(np.float64), xs.reshape(n_tok, n).astype(np.float64)
+
+
+def scale_parts(w: np.ndarray, name: str, n: int) -> np.ndarray:
+    """|d q| + |m| per weight, float64 [rows, n]: the magnitudes the kernel's float sums see
+    (for the types with mins, the block's fp16 min field zeroed, then its scale)."""
+    if name not in ("Q4_K", "Q4_1"):
+        return np.abs(reference(w, name, n))
+    size = GGML_QUANT_SIZES[GGMLType[name]][1]
+    parts = []
+    for field in FP16_FIELDS[name]:
+        z = w.reshape(w.shape[0], -1, size).copy()
+        z[:, :, field : field + 2] = 0
+        parts.append(np.abs(reference(z.reshape(w.shape), name, n)))
+    return parts[0] + parts[1]
+
+
+def check(out: np.ndarray, w: np.ndarray, name: str, X: np.ndarray) -> None:
+    """out [T, rows] against both references, with the bounds of the module docstring."""
+    n = X.shape[1]
+    u = vnni.UNPACKERS[GGMLType[name]]
+    W = reference(w, name, n)
+    xq, xs = quantized(X, u)
+    x64 = X.astype(np.float64)
+    y = out.astype(np.float64)
+    # float32 rounding: each block's sum converted and scaled, plus the float accumulation over
+    # the blocks and min terms, relative to the magnitudes summed (a generous count of roundings)
+    roundings = n // u.block * (1 + u.nsub) + 8
+    float_err = roundings * EPS32 * (np.abs(x64) @ scale_parts(w, name, n).T)
+    step_err = 0.5 * (xs @ np.abs(W).T)
+    exact = x64 @ W.T
+    err = np.abs(y - exact) / (step_err + float_err + 1e-30)
+    assert err.max() <= 1.0, f"{name}: {err.max():.2f} x the quantization-step bound"
+    twin = (xq * xs) @ W.T
+    err = np.abs(y - twin) / (float_err + 1e-30)
+    assert err.max() <= 1.0, f"{name}: {err.max():.2f} x the float-rounding bound"
 
 
 def _run(name, rows, n, n_tok, seed=0):
@@ -24,7 +80,7 @@ def _run(name, rows, n, n_tok, seed=0):
     X = np.random.default_rng(seed + 1).standard_normal((n_tok, n)).astype(np.float32)
     out = np.full((n_tok, rows), np.nan, np.float32)
     vnni.vnni_matmul(w, GGMLType[name], X, out)
-    assert_close(out, reference(w, name, n), X)
+    check(out, w, name, X)
     return w, X, out
 
 
@@ -44,14 +100,57 @@ def test_several_panels_the_last_partial(monkeypatch):
     _run("Q4_K", 150, 512, 9)
 
 
-def test_activation_outliers():
-    """One huge activation per block does not swamp the others' precision beyond int16's."""
-    w = synth_blocks("Q6_K", 33, 512, seed=3)
+@pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "Q8_0"])
+def test_activation_outliers(name):
+    """One huge activation per 32 coarsens its whole block's step, no more than that."""
+    w = synth_blocks(name, 33, 512, seed=3)
     X = np.random.default_rng(4).standard_normal((12, 512)).astype(np.float32)
     X[:, ::32] *= 1000
     out = np.empty((12, 33), np.float32)
-    vnni.vnni_matmul(w, GGMLType.Q6_K, X, out)
-    assert_close(out, reference(w, "Q6_K", 512), X)
+    vnni.vnni_matmul(w, GGMLType[name], X, out)
+    check(out, w, name, X)
+
+
+def test_activation_bound_keeps_int32_sums():
+    """qmax is the largest bound for which a block's worst-case sum fits in int32."""
+    for ggml_type, u in vnni.UNPACKERS.items():
+        assert u.block * u.wmax * u.qmax <= vnni.INT32_MAX, ggml_type.name
+        assert u.qmax == 32767 or u.block * u.wmax * (u.qmax + 1) > vnni.INT32_MAX
+    assert vnni.UNPACKERS[GGMLType.Q4_K].qmax == 8876  # blocks of 256, |q sc| <= 15 * 63
+    assert vnni.UNPACKERS[GGMLType.Q6_K].qmax == 8191  # blocks of 64, |(q - 32) sc| <= 32 * 128
+
+
+def worst_blocks(name: str, rows: int, n: int) -> np.ndarray:
+    """Blocks whose every folded integer weight is at the type's largest magnitude: Q4_K q = 15
+    with sub-block scale and min 63 (all 12 scale bytes 0xFF), Q6_K q - 32 = -32 with scale -128."""
+    block, size = GGML_QUANT_SIZES[GGMLType[name]]
+    b = np.zeros((rows, n // block, size), np.uint8)
+    d = np.array([0.01], "<f2").view(np.uint8)
+    if name == "Q4_K":
+        b[:, :, 0:2] = d
+        b[:, :, 2:4] = np.array([0.002], "<f2").view(np.uint8)
+        b[:, :, 4:] = 0xFF  # scales / mins 63, quants 15
+    else:  # Q6_K: ql, qh zero (q = 0), scales int8 -128, then d
+        b[:, :, 192:208] = 0x80
+        b[:, :, 208:210] = d
+    return b.reshape(rows, -1)
+
+
+@pytest.mark.parametrize("name", ["Q4_K", "Q6_K"])
+@pytest.mark.parametrize("sign", [1, -1])
+def test_worst_case_sums_do_not_overflow(name, sign):
+    """Every activation at +-qmax times every weight at its largest: each block's int32 sum is
+    block * wmax * qmax (within 0.01% of 2^31 for Q4_K); one more would wrap and miss the
+    reference by far more than the bound."""
+    u = vnni.UNPACKERS[GGMLType[name]]
+    w = worst_blocks(name, 40, 1024)
+    X = np.full((7, 1024), sign, np.float32)
+    xq, _ = quantized(X, u)
+    assert np.abs(xq).max() == u.qmax
+    out = np.empty((7, 40), np.float32)
+    vnni.vnni_matmul(w, GGMLType[name], X, out)
+    check(out, w, name, X)
+    assert np.all(np.sign(out) == sign * np.sign(reference(w, name, 1024).sum(1)))
 
 
 def test_matmul_takes_this_path_for_prompts():
