@@ -4,7 +4,9 @@ as llama-bench's pp test), timed by part with bench/decode_step.py's instrumenta
     python bench/prompt_parts.py MODEL [-t 1] [-p 512] [-r 3]
 
 Prints ms per part (medians over the rounds) and its share; "glue" is the batch time minus the
-parts (residual adds, reshapes, embeddings, Python between the calls).
+parts (residual adds, reshapes, embeddings, Python between the calls). Where the prompt goes
+through the VNNI kernel (kernels/vnni.py), a second table splits its matmuls into activation
+quantization, weight unpacking, the GEMM and the stores (CPU ms, from vnni.PROFILE).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def main() -> None:
     from llamacpy.engine.context import Context
     from llamacpy.format import open_gguf
     from llamacpy.hub import resolve_model
-    from llamacpy.kernels import set_threads
+    from llamacpy.kernels import set_threads, vnni
     from llamacpy.memory.batch import Batch
     from llamacpy.models import load_model
 
@@ -50,15 +52,20 @@ def main() -> None:
     switch = Switch()
     instrument(model, switch, ctx.cache)  # once: it wraps module-level functions
     parts: dict[str, list[float]] = defaultdict(list)
+    kernel_parts: dict[str, list[float]] = defaultdict(list)
     steps = []
     for _ in range(args.rounds):
         ctx.cache.clear()
         switch.current = defaultdict(float)
+        vnni.PROFILE = {}
         t0 = time.perf_counter()
         ctx.decode(Batch.from_tokens(tokens))
         steps.append(time.perf_counter() - t0)
         for label, s in switch.current.items():
             parts[label].append(s)
+        for label, s in vnni.PROFILE.items():
+            kernel_parts[label].append(s)
+    vnni.PROFILE = None
     step = statistics.median(steps)
     print(f"{args.model}, {args.threads} thread(s), {args.n_prompt} tokens: "
           f"{step * 1e3:.1f} ms, {args.n_prompt / step:.1f} tokens/s")
@@ -70,6 +77,11 @@ def main() -> None:
         print(f"| {label} | {ms:.1f} | {100 * ms / (step * 1e3):.0f}% |")
     glue = step * 1e3 - named
     print(f"| glue | {glue:.1f} | {100 * glue / (step * 1e3):.0f}% |")
+    if kernel_parts:
+        print("\n| VNNI matmuls, by part | CPU ms | share of the batch |\n|---|---:|---:|")
+        for label in sorted(kernel_parts, key=lambda k: -statistics.median(kernel_parts[k])):
+            ms = statistics.median(kernel_parts[label]) * 1e3
+            print(f"| {label} | {ms:.1f} | {100 * ms / (step * 1e3):.0f}% |")
 
 
 if __name__ == "__main__":

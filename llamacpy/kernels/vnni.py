@@ -412,25 +412,61 @@ def _ints_iq4_nl(w, r, q, sc, mn, lane):
             q[lane, 32 * b + 16 + l] = np.int16(grid[v >> 4])
 
 
+@intrinsic
+def _transpose16(typingctx, src, s0, stride, dst, d0, dstep):
+    """dst[d0 + dstep c + r] = src[s0 + stride r + c] for r, c < 16 (int32 1-D arrays): one
+    16 x 16 tile transposed in zmm registers, four stages of two-source shuffles that each swap
+    one bit of the row index with one of the column index."""
+    sig = types.void(src, s0, stride, dst, d0, dstep)
+
+    def codegen(context, builder, sig, args):
+        sp, dp = [context.make_array(t)(context, builder, a).data
+                  for t, a in ((sig.args[0], args[0]), (sig.args[3], args[3]))]
+        s0, stride, d0, dstep = [context.cast(builder, args[i], sig.args[i], types.int64)
+                                 for i in (1, 2, 4, 5)]
+        i64 = ir.IntType(64)
+        vp = V32.as_pointer()
+        rows = []
+        for r in range(LANES):
+            at = builder.add(s0, builder.mul(stride, ir.Constant(i64, r)))
+            rows.append(builder.load(builder.bitcast(builder.gep(sp, [at]), vp), align=4))
+        for k in (1, 2, 4, 8):
+            lo = [c if not c & k else LANES + (c ^ k) for c in range(LANES)]
+            hi = [c | k if not c & k else LANES + c for c in range(LANES)]
+            for i in range(LANES):
+                if i & k:
+                    continue
+                a, b = rows[i], rows[i | k]
+                rows[i] = builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(I32, LANES), lo))
+                rows[i | k] = builder.shuffle_vector(a, b,
+                                                     ir.Constant(ir.VectorType(I32, LANES), hi))
+        for c in range(LANES):
+            at = builder.add(d0, builder.mul(dstep, ir.Constant(i64, c)))
+            builder.store(rows[c], builder.bitcast(builder.gep(dp, [at]), vp), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @njit(inline="always")
 def _pack(w, r0, rows, Wp, WS, WM, half, nb, nm, decode):
     """Rows r0 .. r0 + rows of w into the strips of Wp [strip pair][k pair][2][16],
     WS [strip pair][block][2][16] and WM [strip pair][min term][2][16] (nm per row), every
     strip of the pairs they fill; lanes past `rows` are zero."""
     for s in prange(-(-rows // (STRIPS * LANES)) * STRIPS):
-        q = np.empty((LANES, 2 * half), np.int16)
+        flat = np.empty(LANES * 2 * half, np.int16)
+        q = flat.reshape(LANES, 2 * half)
         sc = np.empty((LANES, nb), np.float32)
         mn = np.empty((LANES, max(nm, 1)), np.float32)
         used = max(0, min(LANES, rows - LANES * s))
         for lane in range(used):
             decode(w, r0 + LANES * s + lane, q, sc, mn, lane)
         q[used:], sc[used:], mn[used:] = 0, 0, 0
-        pairs = q.view(np.int32)  # [lane, k pair]
+        pairs = flat.view(np.int32)  # [lane][k pair], flat
         g, sp = s % STRIPS, s // STRIPS
-        for p in range(half):
-            at = ((sp * half + p) * STRIPS + g) * LANES
-            for lane in range(LANES):
-                Wp[at + lane] = pairs[lane, p]
+        at = (sp * half * STRIPS + g) * LANES
+        for p0 in range(0, half, LANES):  # half is a multiple of 16: rows are whole blocks of 32
+            _transpose16(pairs, p0, half, Wp, at + p0 * STRIPS * LANES, STRIPS * LANES)
         for b in range(nb):
             at = ((sp * nb + b) * STRIPS + g) * LANES
             for lane in range(LANES):
