@@ -33,7 +33,7 @@ from ..format.constants import GGMLType
 from .dequant import (FASTMATH, ROW_KERNELS, call_kernel, dq_bf16, dq_f16, dq_iq4_xs, dq_q2_k,
                       dq_q3_k, dq_q5_1, dq_q5_k, ld, ld2, output_array, row_length,
                       weight_view)
-from .matvec import PREFETCH, QMAX, _block_sums, _k4_scales_mins, iq4_nl_bytes, matvec, q5_0_bytes
+from .matvec import QMAX, _block_sums, _k4_scales_mins, iq4_nl_bytes, matvec, q5_0_bytes
 from .simd import (HAS_AVX512BW, concat, dpwssd, f16_pair, f32x8_abs, f32x8_add, f32x8_fma,
                    f32x8_half_sums, f32x8_hmax, f32x8_max, f32x8_mul, f32x8_splat, f32x8_sum,
                    f32x8_zero, f32x16_halves, f32x16_scaled, f32x16_zero, fma_vec, hi_lo,
@@ -44,6 +44,7 @@ from .simd import (HAS_AVX512BW, concat, dpwssd, f16_pair, f32x8_abs, f32x8_add,
 from .threading_layer import NOGIL
 from .vnni import vnni_enabled, vnni_matmul, vnni_supports
 
+PREFETCH = 8192  # bytes ahead in each row's stream, as matvec.PREFETCH
 MULTI_FASTMATH = {"contract", "reassoc"}  # reassoc lets LLVM vectorise the dot-product reductions
 # float32 tile of dequantized rows handed to sgemm. Few, large tiles: with several threads each
 # switch between numba's pool and OpenBLAS's (whose idle workers spin ~0.1 s) costs milliseconds.

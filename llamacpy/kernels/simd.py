@@ -478,23 +478,58 @@ def f16_bits(typingctx, x):
     return types.uint16(x), codegen
 
 
+def _f16_rows_codegen(word):
+    """Codegen loading a `word` (I16: one fp16, I32: an fp16 pair) at byte o of each of rows
+    r0..r3 into one vector, converted to an F32x8 at once."""
+    def codegen(context, builder, sig, args):
+        vec = ir.Constant(ir.VectorType(word, 8 * 16 // word.width), None)
+        for k in range(4):
+            ptr = _item_ptr(context, builder, sig.args[0], args[0], [args[1 + k], args[5]],
+                            [sig.args[1 + k], sig.args[5]])
+            bits = builder.load(builder.bitcast(ptr, word.as_pointer()), align=1)
+            vec = builder.insert_element(vec, bits, ir.Constant(I32, k))
+        return builder.fpext(builder.bitcast(vec, ir.VectorType(ir.HalfType(), 8)), _vt(F32x8))
+
+    return codegen
+
+
 @intrinsic
 def f16_rows(typingctx, w, r0, r1, r2, r3, o):
     """F32x8 whose lanes 0-3 are the fp16 at byte o of rows r0..r3 (lanes 4-7 zero): four rows'
     block scales in one conversion (vmovd, three vpinsrw, vcvtph2ps; no false dependency)."""
     if not _is_array(w, 2, *UINT8):
         return None
+    return F32x8(w, r0, r1, r2, r3, o), _f16_rows_codegen(I16)
+
+
+@intrinsic
+def f16_pair_rows(typingctx, w, r0, r1, r2, r3, o):
+    """F32x8 [a0, b0, a1, b1, a2, b2, a3, b3]: the fp16 pair at bytes o, o + 2 of rows r0..r3
+    (Q4_1's scale and min). One dword load per row and one conversion for both, where two
+    f16_rows calls take a word load per value and two conversions."""
+    if not _is_array(w, 2, *UINT8):
+        return None
+    return F32x8(w, r0, r1, r2, r3, o), _f16_rows_codegen(I32)
+
+
+@intrinsic
+def nibble_words_pair(typingctx, w, ra, rb, o):
+    """I16x32: concat(load_nibble_words(w, ra, o), load_nibble_words(w, rb, o)), with the two
+    rows' bytes joined first so that one 256-bit shift serves both."""
+    if not _is_array(w, 2, *UINT8):
+        return None
 
     def codegen(context, builder, sig, args):
-        vec = ir.Constant(ir.VectorType(I16, 8), None)
-        for k in range(4):
-            ptr = _item_ptr(context, builder, sig.args[0], args[0], [args[1 + k], args[5]],
-                            [sig.args[1 + k], sig.args[5]])
-            bits = builder.load(builder.bitcast(ptr, I16.as_pointer()), align=1)
-            vec = builder.insert_element(vec, bits, ir.Constant(I32, k))
-        return builder.fpext(builder.bitcast(vec, ir.VectorType(ir.HalfType(), 8)), _vt(F32x8))
+        v8 = ir.VectorType(I16, 8)
+        a, b = [_load(builder, _item_ptr(context, builder, sig.args[0], args[0], [r, args[3]],
+                                         [rt, sig.args[3]]), v8)
+                for r, rt in ((args[1], sig.args[1]), (args[2], sig.args[2]))]
+        ab = builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(I32, 16), list(range(16))))
+        hi = builder.lshr(ab, ir.Constant(ir.VectorType(I16, 16), [4] * 16))
+        order = list(range(8)) + list(range(16, 24)) + list(range(8, 16)) + list(range(24, 32))
+        return builder.shuffle_vector(ab, hi, ir.Constant(ir.VectorType(I32, 32), order))
 
-    return F32x8(w, r0, r1, r2, r3, o), codegen
+    return I16x32(w, ra, rb, o), codegen
 
 
 def _bytes_f32(signed: bool):
