@@ -44,7 +44,9 @@ from .simd import (HAS_AVX512BW, concat, dpwssd, f16_pair, f32x8_abs, f32x8_add,
 from .threading_layer import NOGIL
 from .vnni import vnni_enabled, vnni_matmul, vnni_supports
 
-PREFETCH = 8192  # bytes ahead in each row's stream, as matvec.PREFETCH
+# bytes ahead in each row's stream, the value of matvec.PREFETCH; a constant of this file because
+# numba's cache of these kernels is keyed on this file only and would keep an imported old value
+PREFETCH = 8192
 MULTI_FASTMATH = {"contract", "reassoc"}  # reassoc lets LLVM vectorise the dot-product reductions
 # float32 tile of dequantized rows handed to sgemm. Few, large tiles: with several threads each
 # switch between numba's pool and OpenBLAS's (whose idle workers spin ~0.1 s) costs milliseconds.

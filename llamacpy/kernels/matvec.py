@@ -373,20 +373,16 @@ def _block_activations(x, kind):
 def _four_rows(w, g, last, size, b, xd):
     """Rows r0..r3 of group g (the last ones repeated past the end), prefetched at block b, and
     their four scales times the block's activation scale (lanes 0-3)."""
-    r0 = 4 * g
-    r1, r2, r3 = min(r0 + 1, last), min(r0 + 2, last), min(r0 + 3, last)
-    o = size * b
-    prefetch(w, r0, PREFETCH + 4 * o)  # the four rows are one contiguous stream
-    prefetch(w, r0, PREFETCH + 4 * o + 64)
-    return r0, r1, r2, r3, f32x8_mul(f16_rows(w, r0, r1, r2, r3, o), ld(xd, b))
+    r0, r1, r2, r3 = _four_rows_prefetched(w, g, last, size, b)
+    return r0, r1, r2, r3, f32x8_mul(f16_rows(w, r0, r1, r2, r3, size * b), ld(xd, b))
 
 
 @njit(inline="always")
 def _four_rows_prefetched(w, g, last, size, b):
-    """_four_rows without the scales."""
+    """Rows r0..r3 of group g (the last ones repeated past the end), prefetched at block b."""
     r0 = 4 * g
     o = size * b
-    prefetch(w, r0, PREFETCH + 4 * o)
+    prefetch(w, r0, PREFETCH + 4 * o)  # the four rows are one contiguous stream
     prefetch(w, r0, PREFETCH + 4 * o + 64)
     return r0, min(r0 + 1, last), min(r0 + 2, last), min(r0 + 3, last)
 
