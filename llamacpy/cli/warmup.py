@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all-types", action="store_true",
                     help="also warm up a tiny model that covers every tensor type")
     ap.add_argument("-j", "--jobs", type=int, default=None,
-                    help="processes compiling at once (default: LLAMACPY_COMPILE_JOBS, else 1)")
+                    help="processes compiling at once (default: LLAMACPY_COMPILE_JOBS, else one per idle core)")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     say = (lambda line: None) if args.quiet else \

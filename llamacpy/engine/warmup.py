@@ -22,7 +22,8 @@ draws once, so their first-call costs are paid here too.
 
 Compiling in parallel: numba compiles under one process-wide lock, so with `source` (the model's
 path and --repack) the kernels are shared out among processes (`jobs`, default
-LLAMACPY_COMPILE_JOBS, else 1: opt-in). At the first kernel missing from numba's cache, helper processes start, load the same model and run the same steps; whichever
+LLAMACPY_COMPILE_JOBS, else one per idle core: `compile_jobs`). At the first kernel missing
+from numba's cache, helper processes start, load the same model and run the same steps; whichever
 process calls a kernel first claims it (a file in a shared directory) and compiles it. Every
 process skips the kernels that others claimed and have not finished (its outputs are then
 garbage, thrown away with the cache), so all of them compile at once; if this process skipped
@@ -82,7 +83,8 @@ def warm_up(ctx, tokenizer=None, progress: Callable[[str], None] | None = None, 
         if shared is None:
             return _run_steps(ctx, steps, progress)
         shared.start()
-        timings = _run_steps(ctx, steps, progress, lambda: shared.skipped)
+        with np.errstate(all="ignore"):  # skipped kernels leave garbage: overflows are expected
+            timings = _run_steps(ctx, steps, progress, lambda: shared.skipped)
         if shared.skipped:  # that pass left kernels to the helpers: run again with them all
             shared.skipping = False
             if progress is not None:
@@ -158,10 +160,37 @@ def _text_paths(ctx, tokenizer) -> None:
 
 
 def compile_jobs() -> int:
-    """Processes that may compile kernels at once: LLAMACPY_COMPILE_JOBS, else 1. Helper
-    processes are opt-in (here or `llamacpy warmup -j N`, at most a few: each holds its own
-    numba and LLVM, ~0.3 GB): on the 2-core machines measured so far they did not pay."""
-    return max(1, int(os.environ.get("LLAMACPY_COMPILE_JOBS") or 1))
+    """Processes that may compile kernels at once: LLAMACPY_COMPILE_JOBS, else one per idle
+    core (the CPUs less the 1-minute load average, rounded), 1 to MAX_COMPILE_JOBS. Each
+    helper holds its own numba and LLVM (~0.3 GB) and only pays with a core to itself: on a
+    quiet 2-core Zen 5 Gemma 3's warm-up took 42 s with 2 against 80 s with 1, and at a load
+    average of ~2.5 two were slower than one."""
+    if os.environ.get("LLAMACPY_COMPILE_JOBS"):
+        return max(1, int(os.environ["LLAMACPY_COMPILE_JOBS"]))
+    return idle_cores(_usable_cpus(), _load_average())
+
+
+MAX_COMPILE_JOBS = 4
+
+
+def idle_cores(cpus: int, load: float) -> int:
+    """Cores left idle by a 1-minute load average of `load`, within 1..MAX_COMPILE_JOBS."""
+    idle = cpus - load + 0.5
+    return max(1, min(MAX_COMPILE_JOBS, int(idle))) if idle >= 1 else 1
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # what this process may run on (taskset, cgroups)
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _load_average() -> float:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on every platform: assume busy, one process
+        return float("inf")
 
 
 def _skip(*args, **kwargs):
@@ -233,11 +262,10 @@ class _SharedCompile:
 
     def spawn(self) -> None:
         ctx, src = self.ctx, self.source
-        kinds = {np.dtype(np.uint16): "f16", np.dtype(np.float32): "f32"}
-        k, v = (next(a for a in arrays if a is not None) for arrays in (ctx.cache.k, ctx.cache.v))
+        type_k, type_v = ctx.cache.types  # -ctk/-ctv: q8_0, bf16... have kernels of their own
         cmd = [sys.executable, "-m", "llamacpy.engine.warmup", self.folder, src.path,
                str(int(src.repack)), str(ctx.n_seq), str(min(ctx.n_ctx_seq, 2 * PROMPT_TOKENS)),
-               str(ctx.n_ubatch), kinds[k.dtype], kinds[v.dtype]]
+               str(ctx.n_ubatch), type_k, type_v]
         env = dict(os.environ, NUMBA_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                    LLAMACPY_COMPILE_JOBS="1")
         for _ in range(self.n_helpers):
@@ -290,6 +318,7 @@ def _helper(argv: list[str]) -> None:
     ctx = Context(model, n_ctx=n_seq * int(n_ctx_seq), n_seq=n_seq, n_ubatch=int(n_ubatch),
                   type_k=type_k, type_v=type_v)
     _SharedCompile(ctx, None, 0, folder).start()
+    np.seterr(all="ignore")
     _run_steps(ctx, warm_up_steps(ctx), None, tolerate=lambda: True)  # garbage from skipped kernels
 
 

@@ -112,3 +112,44 @@ def test_install_warmup_leaves_out_the_speech_models(tmp_path, monkeypatch):
     for name in ("whisper-tiny.en", "smollm2-135m"):
         (tmp_path / CATALOG[name].file).write_bytes(b"")
     assert [name for name, _ in cached_catalogue_models()] == ["smollm2-135m"]
+
+
+def test_compile_jobs_one_per_idle_core(monkeypatch):
+    """Helpers only where a core is idle: a quiet 2-core machine gets 2, a busy one 1."""
+    from llamacpy.engine import warmup
+
+    assert [warmup.idle_cores(2, load) for load in (0.0, 0.4, 0.7, 1.5, 6.0)] == [2, 2, 1, 1, 1]
+    assert warmup.idle_cores(16, 0.0) == warmup.MAX_COMPILE_JOBS
+    assert warmup.idle_cores(1, 0.0) == 1
+    assert warmup.idle_cores(8, float("inf")) == 1  # no load average: this process only
+    monkeypatch.delenv("LLAMACPY_COMPILE_JOBS", raising=False)
+    monkeypatch.setattr(warmup, "_usable_cpus", lambda: 2)
+    monkeypatch.setattr(warmup, "_load_average", lambda: 0.1)
+    assert warmup.compile_jobs() == 2
+    monkeypatch.setattr(warmup, "_load_average", lambda: 1.9)
+    assert warmup.compile_jobs() == 1
+    monkeypatch.setenv("LLAMACPY_COMPILE_JOBS", "3")  # the variable wins over the load
+    assert warmup.compile_jobs() == 3
+
+
+def test_helpers_get_the_cache_types(tiny, monkeypatch):
+    """A -ctk q8_0 / -ctv bf16 server's helpers load the same cache types (their attention
+    kernels are their own), not f16."""
+    from llamacpy.engine import warmup
+
+    started = []
+
+    class Popen:
+        def __init__(self, cmd, **kwargs):
+            started.append(cmd)
+            self.pid = 1000 + len(started)
+
+    monkeypatch.setattr(warmup.subprocess, "Popen", Popen)
+    ctx = Context(load_model(open_gguf(tiny)), n_ctx=256, type_k="q8_0", type_v="bf16")
+    shared = warmup._SharedCompile(ctx, warmup.Source(str(tiny)), 2)
+    shared.spawn()
+    shared.procs.clear()
+    shared.close()
+    assert len(started) == 2 and all(cmd[-2:] == ["q8_0", "bf16"] for cmd in started)
+    folder, path, repack, n_seq, n_ctx_seq, n_ubatch, type_k, type_v = started[0][3:]
+    assert (path, repack, n_seq, type_k, type_v) == (str(tiny), "0", "1", "q8_0", "bf16")
