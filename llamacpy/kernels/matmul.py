@@ -173,7 +173,9 @@ def _quantize_block_into(xp, i, x, o, natural, width, slot):
     return amax / QMAX
 
 
-@njit(inline="always")
+# A plain function, not inlined: one compiled copy serves every multi_* kernel (inlined, each
+# kernel's parfor passes also went over it, ~0.5-1 s of compiling per kernel).
+@njit(nogil=NOGIL, fastmath=FASTMATH)
 def _grouped_activations(X, natural, sums, size):
     """The rows of X [T, n] quantized as matvec.quantize_i16 does, in groups of `size` tokens (2:
     the pairs of `_pair_dot`, 4: the quads of `_quad_dot`; missing tokens zero). Per group g and
