@@ -77,8 +77,10 @@ def warm_up(ctx, tokenizer=None, progress: Callable[[str], None] | None = None, 
     steps = warm_up_steps(ctx)
     if tokenizer is not None:
         steps.append(("tokenizer and sampler", lambda: _text_paths(ctx, tokenizer)))
-    jobs = compile_jobs() if jobs is None else jobs
-    shared = _SharedCompile(ctx, source, jobs - 1) if source is not None and jobs > 1 else None
+    # jobs None: decided at the first kernel missing from the cache (a warm start measures nothing)
+    wanted = jobs is None or jobs > 1
+    shared = _SharedCompile(ctx, source, None if jobs is None else jobs - 1) \
+        if source is not None and wanted else None
     try:
         if shared is None:
             return _run_steps(ctx, steps, progress)
@@ -161,21 +163,20 @@ def _text_paths(ctx, tokenizer) -> None:
 
 def compile_jobs() -> int:
     """Processes that may compile kernels at once: LLAMACPY_COMPILE_JOBS, else one per idle
-    core (the CPUs less the 1-minute load average, rounded), 1 to MAX_COMPILE_JOBS. Each
-    helper holds its own numba and LLVM (~0.3 GB) and only pays with a core to itself: on a
-    quiet 2-core Zen 5 Gemma 3's warm-up took 42 s with 2 against 80 s with 1, and at a load
-    average of ~2.5 two were slower than one."""
+    core, 1 to MAX_COMPILE_JOBS. Each helper holds its own numba and LLVM (~0.3 GB) and only
+    pays with a core to itself: on a quiet 2-core Zen 5 Gemma 3's warm-up took 42 s with 2
+    against 80 s with 1, and at a load average of ~2.5 two were slower than one."""
     if os.environ.get("LLAMACPY_COMPILE_JOBS"):
         return max(1, int(os.environ["LLAMACPY_COMPILE_JOBS"]))
-    return idle_cores(_usable_cpus(), _load_average())
+    return idle_cores(_usable_cpus(), _busy_cpus())
 
 
 MAX_COMPILE_JOBS = 4
 
 
-def idle_cores(cpus: int, load: float) -> int:
-    """Cores left idle by a 1-minute load average of `load`, within 1..MAX_COMPILE_JOBS."""
-    idle = cpus - load + 0.5
+def idle_cores(cpus: int, busy: float) -> int:
+    """Cores left idle with `busy` CPUs' worth of work running, rounded, 1..MAX_COMPILE_JOBS."""
+    idle = cpus - busy + 0.5
     return max(1, min(MAX_COMPILE_JOBS, int(idle))) if idle >= 1 else 1
 
 
@@ -186,11 +187,29 @@ def _usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _load_average() -> float:
+def _busy_cpus(seconds: float = 0.2) -> float:
+    """CPUs' worth of time other processes used over the next `seconds` (Linux's /proc/stat);
+    elsewhere the 1-minute load average, which lags: it still counts a compile just ended."""
     try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):  # not on every platform: assume busy, one process
-        return float("inf")
+        first = _cpu_times()
+        time.sleep(seconds)
+        second = _cpu_times()
+        busy, total = (b - a for a, b in zip(first, second))
+        return (os.cpu_count() or 1) * busy / total if total > 0 else 0.0
+    except (OSError, ValueError):
+        try:
+            return os.getloadavg()[0]
+        except (AttributeError, OSError):  # neither: assume busy, one process
+            return float("inf")
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(busy, total) clock ticks of all CPUs since boot, from /proc/stat's first line."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:]]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle and iowait
+    total = sum(ticks[:8])  # guest time is already counted in user
+    return total - idle, total
 
 
 def _skip(*args, **kwargs):
@@ -205,7 +224,8 @@ class _SharedCompile:
     so that no two processes write one function's cache index at once) and
     `<function+signature>.done` once it is in the cache."""
 
-    def __init__(self, ctx, source: Source | None, n_helpers: int, folder: str | None = None):
+    def __init__(self, ctx, source: Source | None, n_helpers: int | None,
+                 folder: str | None = None):
         from numba.core.dispatcher import Dispatcher
 
         self.ctx, self.source, self.n_helpers = ctx, source, n_helpers
@@ -241,7 +261,9 @@ class _SharedCompile:
             return original(disp, *args, **kws)
         name = f"{func.__module__}.{func.__qualname__}"
         argtypes = tuple(disp.typeof_pyval(a) for a in args)
-        if not self.procs and self.n_helpers and not _cached(disp, argtypes):
+        if not self.procs and self.n_helpers != 0 and not _cached(disp, argtypes):
+            if self.n_helpers is None:  # decided now that there is something to compile
+                self.n_helpers = compile_jobs() - 1
             self.spawn()
         claim = os.path.join(self.folder, _digest(name) + ".claim")
         done = os.path.join(self.folder, _digest(f"{name}{argtypes}") + ".done")

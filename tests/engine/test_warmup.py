@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
+import time
 
 import numpy as np
 import pytest
@@ -118,18 +120,48 @@ def test_compile_jobs_one_per_idle_core(monkeypatch):
     """Helpers only where a core is idle: a quiet 2-core machine gets 2, a busy one 1."""
     from llamacpy.engine import warmup
 
-    assert [warmup.idle_cores(2, load) for load in (0.0, 0.4, 0.7, 1.5, 6.0)] == [2, 2, 1, 1, 1]
+    assert [warmup.idle_cores(2, busy) for busy in (0.0, 0.4, 0.7, 1.5, 6.0)] == [2, 2, 1, 1, 1]
     assert warmup.idle_cores(16, 0.0) == warmup.MAX_COMPILE_JOBS
     assert warmup.idle_cores(1, 0.0) == 1
-    assert warmup.idle_cores(8, float("inf")) == 1  # no load average: this process only
+    assert warmup.idle_cores(8, float("inf")) == 1  # nothing to measure by: this process only
     monkeypatch.delenv("LLAMACPY_COMPILE_JOBS", raising=False)
     monkeypatch.setattr(warmup, "_usable_cpus", lambda: 2)
-    monkeypatch.setattr(warmup, "_load_average", lambda: 0.1)
+    monkeypatch.setattr(warmup, "_busy_cpus", lambda: 0.1)
     assert warmup.compile_jobs() == 2
-    monkeypatch.setattr(warmup, "_load_average", lambda: 1.9)
+    monkeypatch.setattr(warmup, "_busy_cpus", lambda: 1.9)
     assert warmup.compile_jobs() == 1
     monkeypatch.setenv("LLAMACPY_COMPILE_JOBS", "3")  # the variable wins over the load
     assert warmup.compile_jobs() == 3
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="Linux's /proc/stat")
+def test_busy_cpus_sees_a_spinning_process():
+    """The sample counts other processes' CPU time now (the load average would lag)."""
+    import subprocess
+    import sys
+
+    from llamacpy.engine import warmup
+
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        busy = warmup._busy_cpus(0.5)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert 0.7 <= busy <= (os.cpu_count() or 1) + 0.1
+
+
+def test_a_warm_start_measures_nothing(tiny, monkeypatch):
+    """With every kernel cached, the default jobs start no helper and sample no load."""
+    from llamacpy.engine import warmup
+
+    ctx = Context(load_model(open_gguf(tiny)), n_ctx=128)
+    warm_up(ctx)  # every kernel this context takes, compiled or loaded
+    monkeypatch.delenv("LLAMACPY_COMPILE_JOBS", raising=False)
+    monkeypatch.setattr(warmup, "_busy_cpus", lambda: pytest.fail("load sampled"))
+    monkeypatch.setattr(warmup.subprocess, "Popen", lambda *a, **k: pytest.fail("helper"))
+    warm_up(ctx, source=warmup.Source(str(tiny)))
 
 
 def test_helpers_get_the_cache_types(tiny, monkeypatch):
