@@ -176,8 +176,7 @@ MAX_COMPILE_JOBS = 4
 
 def idle_cores(cpus: int, busy: float) -> int:
     """Cores left idle with `busy` CPUs' worth of work running, rounded, 1..MAX_COMPILE_JOBS."""
-    idle = cpus - busy + 0.5
-    return max(1, min(MAX_COMPILE_JOBS, int(idle))) if idle >= 1 else 1
+    return int(max(1, min(MAX_COMPILE_JOBS, cpus - busy + 0.5)))  # float max/min: inf is fine
 
 
 def _usable_cpus() -> int:
@@ -222,7 +221,8 @@ class _SharedCompile:
     or loads from the cache and returns what to run) decided among processes by claim files:
     `<function>.claim` (the owner's pid; the owner compiles every signature of that function,
     so that no two processes write one function's cache index at once) and
-    `<function+signature>.done` once it is in the cache."""
+    `<function+signature>.done` once it is in the cache. Signatures already in the cache are
+    loaded without a claim (loading writes nothing)."""
 
     def __init__(self, ctx, source: Source | None, n_helpers: int | None,
                  folder: str | None = None):
@@ -230,6 +230,7 @@ class _SharedCompile:
 
         self.ctx, self.source, self.n_helpers = ctx, source, n_helpers
         self.helper = folder is not None
+        self.spawned = self.helper  # whether the helpers were started (a helper starts none)
         self.skipping = True  # others' unfinished kernels are skipped (False: waited for)
         self.skipped = False  # whether any was
         self.folder = folder or tempfile.mkdtemp(prefix="llamacpy-compile-")
@@ -261,10 +262,15 @@ class _SharedCompile:
             return original(disp, *args, **kws)
         name = f"{func.__module__}.{func.__qualname__}"
         argtypes = tuple(disp.typeof_pyval(a) for a in args)
-        if not self.procs and self.n_helpers != 0 and not _cached(disp, argtypes):
+        if _cached(disp, argtypes):
+            return original(disp, *args, **kws)  # a load, not a compile: nothing to share out
+        if not self.spawned:  # the first kernel to compile
+            self.spawned = True
             if self.n_helpers is None:  # decided now that there is something to compile
                 self.n_helpers = compile_jobs() - 1
             self.spawn()
+        if not self.helper and not self.procs:
+            return original(disp, *args, **kws)  # no helper to share the compiling with
         claim = os.path.join(self.folder, _digest(name) + ".claim")
         done = os.path.join(self.folder, _digest(f"{name}{argtypes}") + ".done")
         owner = _claim(claim)
