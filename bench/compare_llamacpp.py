@@ -1,12 +1,14 @@
 """llama.cpp and llamacpy on the same model in one run: pp512 and tg128, interleaved rounds.
 
-    python bench/compare_llamacpp.py MODEL [-t THREADS] [-r ROUNDS] [-p 512] [-n 128]
+    python bench/compare_llamacpp.py MODEL [-t THREADS] [-r ROUNDS] [-p 512] [-n 128] [--ab VAR=VALUE]
 
 Each engine runs in its own worker process (so peak RSS is its own), loads the model once, and
 the driver alternates their rounds: llama.cpp pp, llamacpy pp, llama.cpp tg, llamacpy tg, ...
 Both sides go through the same high-level call (`Llama.eval`): llama.cpp through
 llama-cpp-python 0.3.36, llamacpy through its compatible class. Prints medians, the ratio
-llamacpy / llama.cpp (higher is better), and each process's peak RSS.
+llamacpy / llama.cpp (higher is better), and each process's peak RSS. `--ab VAR=VALUE` adds a
+third worker, llamacpy with that environment variable set (e.g. LLAMACPY_VNNI=0), in the same
+interleaved rounds.
 
 Where the machine sets OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (these VMs do, putting numpy's
 OpenBLAS on its AVX2 kernels), unset both in the command to measure what a user's machine runs:
@@ -67,7 +69,11 @@ def worker(engine: str, model: str, threads: int, n_ctx: int) -> None:
 def start(engine: str, args) -> subprocess.Popen:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
                OPENBLAS_NUM_THREADS=str(args.threads))
-    p = subprocess.Popen([sys.executable, __file__, args.model, "--worker", engine, args.model,
+    if engine != "llama.cpp" and engine != "llamacpy":  # "llamacpy VAR=VALUE"
+        var, value = engine.split(" ", 1)[1].split("=", 1)
+        env[var] = value
+    p = subprocess.Popen([sys.executable, __file__, args.model, "--worker",
+                          engine.split(" ")[0], args.model,
                           "-t", str(args.threads), "-c", str(args.ctx)],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     for line in p.stdout:  # skip whatever the library logs to stdout while loading
@@ -99,6 +105,8 @@ def main() -> None:
     ap.add_argument("-c", "--ctx", type=int, default=1024)
     ap.add_argument("--worker", nargs=2, metavar=("ENGINE", "MODEL"))
     ap.add_argument("--json", action="store_true", help="print one JSON line of results")
+    ap.add_argument("--ab", metavar="VAR=VALUE",
+                    help="also run llamacpy with this environment variable set")
     args = ap.parse_args()
     if args.worker:
         return worker(args.worker[0], args.worker[1], args.threads, args.ctx)
@@ -106,7 +114,8 @@ def main() -> None:
         from llamacpy.hub import resolve_model
 
         args.model = str(resolve_model(args.model))
-    engines = {name: start(name, args) for name in ("llama.cpp", "llamacpy")}
+    names = ["llama.cpp", "llamacpy"] + ([f"llamacpy {args.ab}"] if args.ab else [])
+    engines = {name: start(name, args) for name in names}
     times = {(e, k): [] for e in engines for k in ("pp", "tg")}
     for name, p in engines.items():  # warm-up round, excluded
         ask(p, f"pp {args.n_prompt}")
@@ -123,15 +132,20 @@ def report(args, engines, times) -> None:
     rate = {key: (args.n_prompt if key[1] == "pp" else args.n_gen) / statistics.median(v)
             for key, v in times.items()}
     print(f"model: {Path(args.model).name}  threads: {args.threads}  rounds: {args.rounds}")
-    print(f"| test | llama.cpp t/s | llamacpy t/s | ratio |")
-    print(f"|---|---:|---:|---:|")
+    ours = [name for name in engines if name != "llama.cpp"]
+    print("| test | llama.cpp t/s | " + " | ".join(f"{o} t/s | ratio" for o in ours) + " |")
+    print("|---|---:|" + "---:|---:|" * len(ours))
     out = {"model": Path(args.model).name, "threads": args.threads, "rss_mib": rss}
     for kind, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
-        a, b = rate[("llama.cpp", kind)], rate[("llamacpy", kind)]
-        print(f"| {kind}{n} | {a:.2f} | {b:.2f} | {b / a:.2f}x |")
+        a = rate[("llama.cpp", kind)]
+        cells = [f"{rate[(o, kind)]:.2f} | {rate[(o, kind)] / a:.2f}x" for o in ours]
+        print(f"| {kind}{n} | {a:.2f} | " + " | ".join(cells) + " |")
+        b = rate[("llamacpy", kind)]
         out[f"{kind}{n}"] = {"llama.cpp": a, "llamacpy": b, "ratio": b / a}
-    print(f"peak RSS: llama.cpp {rss['llama.cpp']:.0f} MiB, llamacpy {rss['llamacpy']:.0f} MiB "
-          f"({rss['llamacpy'] / rss['llama.cpp']:.2f}x)")
+        if args.ab:
+            out[f"{kind}{n}"][args.ab] = rate[(ours[1], kind)]
+    print("peak RSS: " + ", ".join(f"{name} {v:.0f} MiB ({v / rss['llama.cpp']:.2f}x)"
+                                   for name, v in rss.items()))
     if args.json:
         print(json.dumps(out))
     for p in engines.values():

@@ -1,7 +1,8 @@
 """Prompt-time kernels: Y[n_tokens, rows] = X[n_tokens, n] @ W[rows, n]^T, W read in place.
 
 Large batches of the integer types on a CPU with AVX-512 VNNI go to kernels/vnni.py (int16
-products with vpdpwssd: twice the multiply-adds per instruction of fp32). Other large batches
+products with vpdpwssd: twice the multiply-adds per instruction of fp32); on AVX2 those of the
+types its `AVX2_FROM_TOKENS` lists (vpmaddwd, ~1.4x the FMA rate). Other large batches
 dequantize a tile of rows into a float32 scratch buffer (the numba decoders of
 kernels/dequant.py, parallel over rows) and hand it to BLAS sgemm, tile by tile so the scratch
 stays modest (llama.cpp's CPU backend instead converts X to the weight's vec_dot type; BLAS on
@@ -34,7 +35,7 @@ from .dequant import (FASTMATH, ROW_KERNELS, call_kernel, dq_bf16, dq_f16, dq_iq
                       dq_q3_k, dq_q5_1, dq_q5_k, ld, ld2, output_array, row_length,
                       weight_view)
 from .matvec import QMAX, _block_sums, _k4_scales_mins, iq4_nl_bytes, matvec, q5_0_bytes
-from .simd import (HAS_AVX512BW, concat, dpwssd, f16_pair, f32x8_abs, f32x8_add, f32x8_fma,
+from .simd import (HAS_AVX512BW, HAS_VNNI, concat, dpwssd, f16_pair, f32x8_abs, f32x8_add, f32x8_fma,
                    f32x8_half_sums, f32x8_hmax, f32x8_max, f32x8_mul, f32x8_splat, f32x8_sum,
                    f32x8_zero, f32x16_halves, f32x16_scaled, f32x16_zero, fma_vec, hi_lo,
                    i16_splats, i8_scale_pairs, lane_rotations, load_f32, load_f32_bytes,
@@ -740,7 +741,7 @@ def multi_kernel(ggml_type: GGMLType, n_tokens: int):
 
 def small_batch_limit(ggml_type: GGMLType) -> int:
     """Up to this many tokens a matrix of `ggml_type` takes its multi_* kernel."""
-    if vnni_enabled() and ggml_type in SMALL_BATCH_VNNI:
+    if HAS_VNNI and vnni_enabled() and ggml_type in SMALL_BATCH_VNNI:
         return SMALL_BATCH_VNNI[ggml_type]
     return SMALL_BATCH_BY_TYPE.get(ggml_type, SMALL_BATCH)
 
@@ -769,7 +770,7 @@ def matmul(w_blocks: np.ndarray, ggml_type: int, X: np.ndarray,
     elif X.shape[0] <= small_batch_limit(ggml_type) and ggml_type in MULTI_KERNELS:
         call_kernel(multi_kernel(ggml_type, X.shape[0]), weight_view(w_blocks, ggml_type), X,
                     out, row_chunks(rows))
-    elif vnni_enabled() and vnni_supports(ggml_type):
+    elif vnni_enabled() and vnni_supports(ggml_type, X.shape[0]):
         vnni_matmul(w_blocks, ggml_type, X, out)
     else:
         _tiled(w_blocks, ggml_type, X, out)

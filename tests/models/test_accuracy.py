@@ -38,7 +38,7 @@ def test_at_least_as_close_to_exact_as_llama_cpp(measured):
     theirs = ref["llamacpp_pkld_exact"].mean()
     top1_ours = (logp.argmax(-1) == ref["exact_top1"]).mean()
     top1_theirs = (ref["llamacpp_top1"] == ref["exact_top1"]).mean()
-    print(f"{name}: KLD vs exact ours {ours:.6f} llama.cpp {theirs:.6f}; "
+    print(f"{name}: KLD vs exact ours {ours:.3g} llama.cpp {theirs:.3g}; "
           f"top-1 ours {top1_ours:.3f} llama.cpp {top1_theirs:.3f}")
     assert ours <= theirs, f"{name}: KLD to exact {ours:.6f} > llama.cpp's {theirs:.6f}"
     assert top1_ours >= top1_theirs
