@@ -1,8 +1,8 @@
 """Prompt-time kernels: Y[n_tokens, rows] = X[n_tokens, n] @ W[rows, n]^T, W read in place.
 
 Large batches of the integer types on a CPU with AVX-512 VNNI go to kernels/vnni.py (int16
-products with vpdpwssd: twice the multiply-adds per instruction of fp32); on AVX2 those of the
-types its `AVX2_FROM_TOKENS` lists (vpmaddwd, ~1.4x the FMA rate). Other large batches
+products with vpdpwssd: twice the multiply-adds per instruction of fp32); on AVX2 from the token
+counts of its `AVX2_FROM_TOKENS` (vpmaddwd, ~1.4x the FMA rate). Other large batches
 dequantize a tile of rows into a float32 scratch buffer (the numba decoders of
 kernels/dequant.py, parallel over rows) and hand it to BLAS sgemm, tile by tile so the scratch
 stays modest (llama.cpp's CPU backend instead converts X to the weight's vec_dot type; BLAS on

@@ -25,7 +25,7 @@ chunk in L2 while every token group passes over it.
 On AVX2 (no VNNI) the tile is 2 x 8 rows by 3 tokens in ymm, and a multiply takes 16 products,
 as an fp32 FMA's 8 multiply-adds take two: on a Zen 3 core vpmaddwd + vpaddd peak at ~1.4x the
 FMA rate, and whole layers run 1.05-1.2x faster than OpenBLAS's sgemm on the dequantized rows
-for the types whose unpacking is cheap (`AVX2_FROM_TOKENS`).
+from the token counts of `AVX2_FROM_TOKENS`.
 """
 
 from __future__ import annotations
@@ -571,10 +571,12 @@ def vnni_enabled() -> bool:
     return ENABLED
 
 
-# On AVX2, the types and token counts for which this kernel beats dequantize + sgemm (Zen 3, 1
-# thread, Qwen2.5-Coder / Gemma 3 layer shapes, 8-256 tokens): Q5_0 only from ~64 tokens, and
-# Q4_0, Q4_1 and IQ4_NL not at 256, their per-weight unpacking costing more than the products save
-AVX2_FROM_TOKENS = {GGMLType.Q8_0: 1, GGMLType.Q4_K: 1, GGMLType.Q6_K: 1, GGMLType.Q5_0: 64}
+# On AVX2, the token counts from which this kernel beats dequantize + sgemm (Zen 3, 1 thread,
+# Qwen2.5-Coder / Gemma 3 layer shapes, bench/int_gemm_crossover.py): Q8_0 and Q4_K at any count
+# (1.1-1.4x), Q6_K from ~64; the others' per-weight unpacking costs what the products save up to
+# ~128 tokens, and they gain 1.05-1.15x at 512
+AVX2_FROM_TOKENS = {GGMLType.Q8_0: 1, GGMLType.Q4_K: 1, GGMLType.Q6_K: 64, GGMLType.Q5_0: 256,
+                    GGMLType.Q4_0: 256, GGMLType.Q4_1: 256, GGMLType.IQ4_NL: 256}
 
 
 def vnni_supports(ggml_type: GGMLType, n_tokens: int) -> bool:
