@@ -1,6 +1,7 @@
 """llama.cpp and llamacpy on the same model in one run: pp512 and tg128, interleaved rounds.
 
-    python bench/compare_llamacpp.py MODEL [-t THREADS] [-r ROUNDS] [-p 512] [-n 128] [--ab VAR=VALUE]
+    python bench/compare_llamacpp.py MODEL [-t THREADS] [-r ROUNDS] [-p 512] [-n 128]
+        [--ab VAR=VALUE]
 
 Each engine runs in its own worker process (so peak RSS is its own), loads the model once, and
 the driver alternates their rounds: llama.cpp pp, llamacpy pp, llama.cpp tg, llamacpy tg, ...
@@ -69,7 +70,7 @@ def worker(engine: str, model: str, threads: int, n_ctx: int) -> None:
 def start(engine: str, args) -> subprocess.Popen:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
                OPENBLAS_NUM_THREADS=str(args.threads))
-    if engine != "llama.cpp" and engine != "llamacpy":  # "llamacpy VAR=VALUE"
+    if engine not in ("llama.cpp", "llamacpy"):  # "llamacpy VAR=VALUE"
         var, value = engine.split(" ", 1)[1].split("=", 1)
         env[var] = value
     p = subprocess.Popen([sys.executable, __file__, args.model, "--worker",

@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
-from llamacpy.kernels.simd import (f32x8_fma, f32x8_sum, f32x8_zero, fma_vec, load_f32,  # noqa: E402
-                                   load_i16, madd, vadd)
+from llamacpy.kernels.simd import (  # noqa: E402
+    f32x8_fma, f32x8_sum, f32x8_zero, fma_vec, load_f32, load_i16, madd, vadd)
 
 
 @njit(cache=False)

@@ -98,11 +98,12 @@ def _dot_ir(builder):
 
 def _micro_kernel_factory(nsub: int):
     """The intrinsic micro(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, rp):
-    Y[sp, 6 tg + t, 16 g + lane] (Y [strip pair][rp tokens][32], flat) gets the sum over blocks
-    b0 .. b0 + nblk of strip pair sp with token group tg: stored for the first K chunk (b0 = 0),
-    added for the others. The k loop walks one pointer into the strip pair's weights and one
-    into the token group's activations. `nsub` is the number of min terms per block (0: none;
-    1: Q4_1's, one per block; 8: the folded Q4_K's, one per 32 of its blocks of 256)."""
+    Y[sp, TOKENS tg + t, LANES g + lane] (Y [strip pair][rp tokens][STRIPS LANES], flat) gets
+    the sum over blocks b0 .. b0 + nblk of strip pair sp with token group tg: stored for the
+    first K chunk (b0 = 0), added for the others. The k loop walks one pointer into the strip
+    pair's weights and one into the token group's activations. `nsub` is the number of min
+    terms per block (0: none; 1: Q4_1's, one per block; 8: the folded Q4_K's, one per 32 of its
+    blocks of 256)."""
 
     def typer(typingctx, Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, rp):
         sig = types.void(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, rp)
@@ -582,9 +583,7 @@ AVX2_FROM_TOKENS = {GGMLType.Q8_0: 1, GGMLType.Q4_K: 1, GGMLType.Q6_K: 64, GGMLT
 def vnni_supports(ggml_type: GGMLType, n_tokens: int) -> bool:
     """Whether `n_tokens` rows against a `ggml_type` matrix go through this kernel (its rows are
     whole blocks of 32 or 256, so always whole int16 pairs)."""
-    if HAS_VNNI:
-        return ggml_type in UNPACKERS
-    return n_tokens >= AVX2_FROM_TOKENS.get(ggml_type, 1 << 62)
+    return ggml_type in UNPACKERS and (HAS_VNNI or n_tokens >= AVX2_FROM_TOKENS[ggml_type])
 
 
 def vnni_matmul(w: np.ndarray, ggml_type: GGMLType, X: np.ndarray, out: np.ndarray) -> None:

@@ -21,7 +21,8 @@ from llamacpy.kernels import vnni
 from .test_matvec import FP16_FIELDS, reference, synth_blocks
 
 mm = importlib.import_module("llamacpy.kernels.matmul")
-pytestmark = pytest.mark.skipif(not vnni.AVAILABLE, reason="this CPU has neither AVX-512 VNNI nor AVX2")
+pytestmark = pytest.mark.skipif(not vnni.AVAILABLE,
+                                reason="this CPU has neither AVX-512 VNNI nor AVX2")
 TYPES = [t.name for t in vnni.UNPACKERS]
 EPS32 = 2.0**-24
 
