@@ -661,6 +661,30 @@ def dpwssd(typingctx, acc, a, b):
 
 
 @intrinsic
+def maddubs(typingctx, a, b):
+    """Word k = a[2k] * b[2k] + a[2k + 1] * b[2k + 1] over the bytes of two word vectors, a's
+    read unsigned and b's signed (x86 vpmaddubsw, which saturates: callers keep each pair within
+    int16). I16x16 gives I16x16 (AVX2), I16x32 gives I16x32 (AVX-512BW)."""
+    if not (a == b and a in (I16x16, I16x32)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        vb = ir.VectorType(I8, 2 * a.n)
+        x, y = (builder.bitcast(v, vb) for v in args)
+        if HAS_AVX2 if a == I16x16 else HAS_AVX512BW:
+            name = "llvm.x86.avx2.pmadd.ub.sw" if a == I16x16 else "llvm.x86.avx512.pmaddubs.w.512"
+            fn = cgutils.get_or_insert_function(builder.module,
+                                                ir.FunctionType(_vt(a), [vb, vb]), name)
+            return builder.call(fn, [x, y])
+        wide = ir.VectorType(I16, 2 * a.n)
+        p = builder.mul(builder.zext(x, wide), builder.sext(y, wide))
+        return builder.add(_lanes(builder, p, list(range(0, 2 * a.n, 2))),
+                           _lanes(builder, p, list(range(1, 2 * a.n, 2))))
+
+    return a(a, b), codegen
+
+
+@intrinsic
 def fma_lane(typingctx, p, s, k, acc):
     """acc + float32(p) * s[k]: an I32x8 converted, times lane k of an F32x8 (k a constant once
     loops are unrolled, so the lane is broadcast by one shuffle)."""
@@ -941,6 +965,26 @@ def f32x8_recip(typingctx, a):
 
 
 @intrinsic
+def i8_scale_quads(typingctx, w, r, o):
+    """Four I16x32 from the 16 int8 bytes s = w[r, o:o + 16]: vector k is [s[4k + i]] * 8 for
+    i = 0..3 in turn, per-16-weight scales over a vector of four sub-blocks (Q6_K's 16 scales)."""
+    if not _is_array(w, 2, *UINT8):
+        return None
+    retty = types.UniTuple(I16x32, 4)
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_ptr(context, builder, sig.args[0], args[0], args[1:], sig.args[1:])
+        v = builder.sext(_load(builder, ptr, ir.VectorType(I8, 16)), ir.VectorType(I16, 16))
+        und = ir.Constant(v.type, ir.Undefined)
+        items = [builder.shuffle_vector(v, und, ir.Constant(
+            ir.VectorType(I32, 32), [4 * k + i for i in range(4) for _ in range(8)]))
+            for k in range(4)]
+        return context.make_tuple(builder, retty, items)
+
+    return retty(w, r, o), codegen
+
+
+@intrinsic
 def load_w32(typingctx, w, r, o):
     """The 64 bytes w[r, o:o + 64] as 32 little-endian words."""
     return (I16x32(w, r, o), _load_codegen(I16x32)) if _is_array(w, 2, *UINT8) else None
@@ -956,6 +1000,51 @@ def f32x16_zero(typingctx):
         return ir.Constant(_vt(F32x16), [0.0] * 16)
 
     return F32x16(), codegen
+
+
+@intrinsic
+def byte_words(typingctx, lo, hi, k0, k1):
+    """An I16x32 of [byte k0] * 16 ++ [byte k1] * 16 of the 8 bytes of two uint32 (lo's four,
+    little-endian, then hi's), read unsigned: per-sub-block scales over a vector whose halves
+    fall in two sub-blocks (k0, k1 constants once loops are unrolled)."""
+    if not all(isinstance(t, types.Integer) for t in (lo, hi, k0, k1)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        pair = ir.Constant(ir.VectorType(I32, 2), None)
+        for k in range(2):
+            pair = builder.insert_element(pair, context.cast(builder, args[k], sig.args[k],
+                                                             types.uint32), ir.Constant(I32, k))
+        words = builder.zext(builder.bitcast(pair, ir.VectorType(I8, 8)), ir.VectorType(I16, 8))
+        halves = [_splat(builder, builder.extract_element(
+            words, context.cast(builder, args[i], sig.args[i], types.int32)),
+            ir.VectorType(I16, 16)) for i in (2, 3)]
+        return builder.shuffle_vector(halves[0], halves[1],
+                                      ir.Constant(ir.VectorType(I32, 32), list(range(32))))
+
+    return I16x32(lo, hi, k0, k1), codegen
+
+
+@intrinsic
+def i32x16_zero(typingctx):
+    """An I32x16 of zeros."""
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_vt(I32x16), [0] * 16)
+
+    return I32x16(), codegen
+
+
+@intrinsic
+def f32x16_splat(typingctx, s):
+    """An F32x16 with the scalar s in every lane."""
+    if not _is_scalar(s):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _splat(builder, context.cast(builder, args[0], sig.args[0], types.float32),
+                      _vt(F32x16))
+
+    return F32x16(s), codegen
 
 
 @intrinsic

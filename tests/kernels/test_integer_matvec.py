@@ -16,7 +16,7 @@ from numba import njit
 from llamacpy.format.constants import GGMLType
 from llamacpy.kernels import matmul, matvec, simd
 from llamacpy.kernels.repack import repack_as_q8_0, repack_q6_k_bytes
-from llamacpy.kernels.matvec import quantize_i16_reference
+from llamacpy.kernels.matvec import BYTE_QMAX, quantize_byte_pairs_reference, quantize_i16_reference
 
 from llamacpy.ops.linear import Linear
 
@@ -78,13 +78,84 @@ def representable_activations(n: int, seed: int) -> np.ndarray:
     return (q * scale).astype(np.float32).reshape(-1)
 
 
+def representable_byte_pair_activations(n: int, seed: int) -> np.ndarray:
+    """The same for the byte-pair kernels' int16 blocks of 256, which reach +-BYTE_QMAX."""
+    rng = np.random.default_rng(seed)
+    top = int(BYTE_QMAX)
+    q = rng.integers(-top, top + 1, n).reshape(-1, 256)
+    q[:, rng.integers(0, 256)] = top * rng.choice([-1, 1], q.shape[0])
+    scale = 2.0 ** rng.integers(-20, 4, (q.shape[0], 1))
+    return (q * scale).astype(np.float32).reshape(-1)
+
+
+BYTE_PAIR_KERNELS = ("matvec_q4_k_zmm", "matvec_q6_k_zmm")
+
+
+def exact_activations(kernel_name: str, n: int, seed: int) -> np.ndarray:
+    """Activations the kernel's quantizer holds exactly: int16 per 256 split into bytes for the
+    byte-pair kernels, int16 per 32 for the others."""
+    if kernel_name in BYTE_PAIR_KERNELS:
+        return representable_byte_pair_activations(n, seed)
+    return representable_activations(n, seed)
+
+
+@njit(cache=False)
+def _quantize_byte_pairs(x, nibble_order):
+    return mv.quantize_byte_pairs(x, nibble_order)
+
+
+@pytest.mark.parametrize("nibble_order", [False, True])
+def test_quantize_byte_pairs_matches_numpy_twin(nibble_order):
+    x = activations(1024, 3)
+    got = _quantize_byte_pairs(x, nibble_order)
+    ref = quantize_byte_pairs_reference(x, nibble_order)
+    assert all(np.array_equal(a, b) for a, b in zip(got, ref))
+    low, high = (v.view(np.int8).astype(np.int32) for v in got[:2])
+    q = 256 * high + low
+    assert np.abs(q).max() == BYTE_QMAX and low.min() >= -128 and low.max() <= 127
+    if not nibble_order:  # natural order: q * xd is x to within half a step
+        err = np.abs(q.reshape(-1, 256) * got[2][:, None].astype(np.float64) - x.reshape(-1, 256))
+        assert np.all(err.max(axis=1) <= 0.5001 * got[2])
+
+
+def test_quantize_byte_pairs_nan_poisons_its_block_scale():
+    x = activations(768, 4)
+    x[300] = np.nan
+    xd = _quantize_byte_pairs(x, True)[2]
+    assert np.isnan(xd[1]) and not np.isnan(xd[[0, 2]]).any()
+
+
+@pytest.mark.parametrize("kernel", BYTE_PAIR_KERNELS)
+def test_byte_pair_kernels_do_not_saturate(kernel):
+    """Every weight and scale at its largest magnitude, every activation at +-BYTE_QMAX: the
+    byte products' pair sums stay within vpmaddubsw's int16, the int32 sums exact."""
+    name = "_".join(kernel.split("_")[1:3]).upper()
+    rows, n = 3, 512
+    w = synth_blocks(name, rows, n, seed=5).reshape(rows, n // 256, -1)
+    if name == "Q4_K":
+        w[:, :, 4:16] = 0xFF  # scales and mins 63
+        w[:, :, 16:] = 0xFF  # nibbles 15
+    else:
+        w[:, :, :192] = 0xFF  # q = 63
+        w[:, :, 192:208] = 0x80  # scales -128
+    w = w.reshape(rows, -1)
+    x = np.where(np.arange(n) % 3 == 0, -1.0, 1.0).astype(np.float32) * BYTE_QMAX / 1024
+    W = reference(w, name, n)
+    y = np.empty(rows, np.float32)
+    getattr(mv, kernel)(w, x, y)
+    bound = np.abs(W) @ np.abs(x.astype(np.float64))
+    assert np.all(np.abs(y - W @ x.astype(np.float64)) <= 2e-6 * bound)
+
+
 @pytest.mark.parametrize("name", INTEGER_TYPES)
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 37])
 def test_exact_in_representable_activations(name, rows):
     n = 512
     w = synth_blocks(name, rows, n, seed=rows)
-    x = representable_activations(n, rows)
-    assert np.array_equal(dequantized_activations(x), x)
+    kernel = mv.MATVEC_KERNELS[GGMLType[name]].__name__
+    x = exact_activations(kernel, n, rows)
+    if kernel not in BYTE_PAIR_KERNELS:
+        assert np.array_equal(dequantized_activations(x), x)
     W = reference(w, name, n)
     y = matvec(w, GGMLType[name], x)
     bound = np.abs(W) @ np.abs(x.astype(np.float64))
@@ -94,12 +165,12 @@ def test_exact_in_representable_activations(name, rows):
 @pytest.mark.parametrize("kernel", ["matvec_q4_k", "matvec_q4_k_zmm", "matvec_q6_k", "matvec_q6_k_zmm"])
 @pytest.mark.parametrize("rows", [1, 3, 37])
 def test_k_quant_kernels_both_widths(kernel, rows):
-    """The ymm Q4_K / Q6_K kernels (every AVX2 CPU) and the zmm ones (AVX-512BW; elsewhere LLVM
-    splits their vectors, still correct) all exact in representable activations, whichever
-    matvec picks."""
+    """The ymm Q4_K / Q6_K kernels (every AVX2 CPU) and the zmm ones (AVX-512BW, byte pairs;
+    elsewhere LLVM splits their vectors, still correct) all exact in activations their quantizer
+    represents, whichever matvec picks."""
     n, name = 768, "_".join(kernel.split("_")[1:3]).upper()
     w = synth_blocks(name, rows, n, seed=rows + 7)
-    x = representable_activations(n, rows + 7)
+    x = exact_activations(kernel, n, rows + 7)
     W = reference(w, name, n)
     y = np.empty(rows, np.float32)
     getattr(mv, kernel)(w, x, y)
