@@ -123,9 +123,11 @@ def test_batched_decode_step_over_two_sequences(qwen, kv):
         alone = Context(model, n_ctx=64, type_k=kv, type_v=kv)
         alone.decode(Batch.from_tokens(toks[:-1]))
         want = alone.decode(Batch.from_tokens(toks[-1:], pos0=len(toks) - 1))[0]
-        # q8_0: the last token's K/V come from a two-row matmul, whose last-bit differences
-        # move a few values across a rounding step from the middle layers on (seen: 15 of 136
-        # bytes in layer 12); f16's finer steps hide them
-        tol = 1e-3 if kv == "f16" else 5e-3
+        # q8_0: the last token's K/V come from a two-row matmul, which quantizes activations
+        # per 32 where the one-token AVX-512 K-quant kernels quantize per 256: the small
+        # differences move K/V values across a q8_0 step (1/127 of a block's max) from the
+        # middle layers on, and that moves the logits by up to ~2% of their max (seen: 1.6%);
+        # f16's finer steps hide them
+        tol = 1e-3 if kv == "f16" else 2.5e-2
         assert np.abs(step[row] - want).max() < tol * np.abs(want).max()
         assert step[row].argmax() == want.argmax()
