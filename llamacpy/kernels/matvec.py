@@ -42,7 +42,7 @@ from .simd import (bytes_f32, f16_pair, f16_pair_rows, f16_rows, f32x8_add, f32x
                    vadd, vand, vor, vsar, vshl, vshr, vsub, vxor, bit_bytes, load_nibbles,
                    shuffle_bytes, HAS_AVX512BW, f32x16_sum, f32x16_zero, fma_lane_pair,
                    load_i16x32, load_w32, concat, f32x16_halves, nibble_words_pair,
-                   byte_words, dpwssd, f32x16_splat, i32x16_zero, i8_scale_quads, maddubs)
+                   byte_words, dpwssd, f32x8_splat, i32x16_zero, i8_scale_quads, maddubs)
 from .threading_layer import NOGIL
 
 # bytes ahead of the current position in the row stream: one Zen 5 thread streams from DRAM at
@@ -245,6 +245,18 @@ def matvec_iq4_xs(w, x, y):
 
 
 @njit(inline="always")
+def _block_amax(x, o, size):
+    """max |x[o:o + size]|, NaN if the block holds one: branch-free, so that LLVM vectorises it
+    (2x faster)."""
+    amax, nan = np.float32(0), False
+    for j in range(size):
+        v = abs(ld(x, o + j))
+        amax = max(amax, v)
+        nan |= v != v
+    return np.float32(np.nan) if nan else amax
+
+
+@njit(inline="always")
 def quantize_i16(x):
     """x float32 [n] (n a multiple of 32) as int16 blocks of 32: xq int16 [n] and the block scales
     xd float32 [n // 32], x ~ xq * xd with xd = max|x_block| / 32767. Within a block the 16 values
@@ -255,13 +267,7 @@ def quantize_i16(x):
     xd = np.empty(nb, np.float32)
     for b in range(nb):
         o = 32 * b
-        amax, nan = np.float32(0), False
-        for j in range(32):  # branch-free, so that LLVM vectorises the block (2x faster)
-            v = abs(ld(x, o + j))
-            amax = max(amax, v)
-            nan |= v != v
-        if nan:  # a NaN is kept
-            amax = np.float32(np.nan)
+        amax = _block_amax(x, o, 32)
         xd[b] = amax / QMAX
         inv = QMAX / amax if amax > 0 else np.float32(0)
         for j in range(16):
@@ -616,13 +622,7 @@ def quantize_byte_pairs(x, nibble_order):
     xd = np.empty(nb, np.float32)
     for b in range(nb):
         o = 256 * b
-        amax, nan = np.float32(0), False
-        for j in range(256):
-            v = abs(ld(x, o + j))
-            amax = max(amax, v)
-            nan |= v != v
-        if nan:
-            amax = np.float32(np.nan)
+        amax = _block_amax(x, o, 256)
         xd[b] = amax / BYTE_QMAX
         inv = BYTE_QMAX / amax if amax > 0 else np.float32(0)
         for k in range(8):  # runs of 32: run k of the block comes from run src
@@ -661,8 +661,9 @@ def _byte_pair_dots(q, low, high, xo, scale, t_lo, t_hi):
 @njit(inline="always")
 def _byte_pair_fma(t_lo, t_hi, f, acc):
     """acc + f * (t_lo + 256 t_hi), converted once per super-block (f = d * xd of the block)."""
-    acc = fma_vec(t_lo, f32x16_splat(f), acc)
-    return fma_vec(t_hi, f32x16_splat(f * np.float32(256)), acc)
+    acc = fma_vec(t_lo, concat(f32x8_splat(f), f32x8_splat(f)), acc)
+    f256 = f * np.float32(256)
+    return fma_vec(t_hi, concat(f32x8_splat(f256), f32x8_splat(f256)), acc)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)

@@ -532,17 +532,22 @@ def nibble_words_pair(typingctx, w, ra, rb, o):
     return I16x32(w, ra, rb, o), codegen
 
 
+def _u32_pair_bytes(context, builder, sig, args):
+    """The 8 bytes of the first two (integer) arguments as uint32, lo's four first: <8 x i8>."""
+    pair = ir.Constant(ir.VectorType(I32, 2), None)
+    for k in range(2):
+        pair = builder.insert_element(pair, context.cast(builder, args[k], sig.args[k],
+                                                         types.uint32), ir.Constant(I32, k))
+    return builder.bitcast(pair, ir.VectorType(I8, 8))
+
+
 def _bytes_f32(signed: bool):
     def typer(typingctx, lo, hi):
         if not (isinstance(lo, types.Integer) and isinstance(hi, types.Integer)):
             return None
 
         def codegen(context, builder, sig, args):
-            pair = ir.Constant(ir.VectorType(I32, 2), None)
-            for k, (v, t) in enumerate(zip(args, sig.args)):
-                pair = builder.insert_element(pair, context.cast(builder, v, t, types.uint32),
-                                              ir.Constant(I32, k))
-            b = builder.bitcast(pair, ir.VectorType(I8, 8))
+            b = _u32_pair_bytes(context, builder, sig, args)
             if signed:
                 return builder.sitofp(builder.sext(b, ir.VectorType(I32, 8)), _vt(F32x8))
             return builder.uitofp(builder.zext(b, ir.VectorType(I32, 8)), _vt(F32x8))
@@ -663,25 +668,24 @@ def dpwssd(typingctx, acc, a, b):
 @intrinsic
 def maddubs(typingctx, a, b):
     """Word k = a[2k] * b[2k] + a[2k + 1] * b[2k + 1] over the bytes of two word vectors, a's
-    read unsigned and b's signed (x86 vpmaddubsw, which saturates: callers keep each pair within
-    int16). I16x16 gives I16x16 (AVX2), I16x32 gives I16x32 (AVX-512BW)."""
-    if not (a == b and a in (I16x16, I16x32)):
+    read unsigned and b's signed, for two I16x32 (vpmaddubsw on zmm with AVX-512BW, which
+    saturates: callers keep each pair within int16; elsewhere the same sums in generic IR)."""
+    if not (a == b == I16x32):
         return None
 
     def codegen(context, builder, sig, args):
-        vb = ir.VectorType(I8, 2 * a.n)
+        vb = ir.VectorType(I8, 64)
         x, y = (builder.bitcast(v, vb) for v in args)
-        if HAS_AVX2 if a == I16x16 else HAS_AVX512BW:
-            name = "llvm.x86.avx2.pmadd.ub.sw" if a == I16x16 else "llvm.x86.avx512.pmaddubs.w.512"
-            fn = cgutils.get_or_insert_function(builder.module,
-                                                ir.FunctionType(_vt(a), [vb, vb]), name)
+        if HAS_AVX512BW:
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+                _vt(I16x32), [vb, vb]), "llvm.x86.avx512.pmaddubs.w.512")
             return builder.call(fn, [x, y])
-        wide = ir.VectorType(I16, 2 * a.n)
+        wide = ir.VectorType(I16, 64)
         p = builder.mul(builder.zext(x, wide), builder.sext(y, wide))
-        return builder.add(_lanes(builder, p, list(range(0, 2 * a.n, 2))),
-                           _lanes(builder, p, list(range(1, 2 * a.n, 2))))
+        return builder.add(_lanes(builder, p, list(range(0, 64, 2))),
+                           _lanes(builder, p, list(range(1, 64, 2))))
 
-    return a(a, b), codegen
+    return I16x32(a, b), codegen
 
 
 @intrinsic
@@ -713,13 +717,19 @@ def fma_vec(typingctx, p, s, acc):
     return acc(p, s, acc), codegen
 
 
-@intrinsic
-def f32x8_zero(typingctx):
-    """An F32x8 of zeros."""
-    def codegen(context, builder, sig, args):
-        return ir.Constant(_vt(F32x8), [0.0] * 8)
+def _zeros(vec: VecType):
+    """An intrinsic giving a `vec` of zeros."""
+    def typer(typingctx):
+        def codegen(context, builder, sig, args):
+            return ir.Constant(_vt(vec), [0] * vec.n)
 
-    return F32x8(), codegen
+        return vec(), codegen
+
+    typer.__doc__ = f"A {vec} of zeros."
+    return intrinsic(typer)
+
+
+f32x8_zero = _zeros(F32x8)
 
 
 @intrinsic
@@ -993,13 +1003,8 @@ def load_w32(typingctx, w, r, o):
 load_i16x32 = _loader_1d(types.int16, I16x32, "a[i:i + 32] of an int16 array.")
 
 
-@intrinsic
-def f32x16_zero(typingctx):
-    """An F32x16 of zeros."""
-    def codegen(context, builder, sig, args):
-        return ir.Constant(_vt(F32x16), [0.0] * 16)
-
-    return F32x16(), codegen
+f32x16_zero = _zeros(F32x16)
+i32x16_zero = _zeros(I32x16)
 
 
 @intrinsic
@@ -1011,11 +1016,7 @@ def byte_words(typingctx, lo, hi, k0, k1):
         return None
 
     def codegen(context, builder, sig, args):
-        pair = ir.Constant(ir.VectorType(I32, 2), None)
-        for k in range(2):
-            pair = builder.insert_element(pair, context.cast(builder, args[k], sig.args[k],
-                                                             types.uint32), ir.Constant(I32, k))
-        words = builder.zext(builder.bitcast(pair, ir.VectorType(I8, 8)), ir.VectorType(I16, 8))
+        words = builder.zext(_u32_pair_bytes(context, builder, sig, args), ir.VectorType(I16, 8))
         halves = [_splat(builder, builder.extract_element(
             words, context.cast(builder, args[i], sig.args[i], types.int32)),
             ir.VectorType(I16, 16)) for i in (2, 3)]
@@ -1023,28 +1024,6 @@ def byte_words(typingctx, lo, hi, k0, k1):
                                       ir.Constant(ir.VectorType(I32, 32), list(range(32))))
 
     return I16x32(lo, hi, k0, k1), codegen
-
-
-@intrinsic
-def i32x16_zero(typingctx):
-    """An I32x16 of zeros."""
-    def codegen(context, builder, sig, args):
-        return ir.Constant(_vt(I32x16), [0] * 16)
-
-    return I32x16(), codegen
-
-
-@intrinsic
-def f32x16_splat(typingctx, s):
-    """An F32x16 with the scalar s in every lane."""
-    if not _is_scalar(s):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return _splat(builder, context.cast(builder, args[0], sig.args[0], types.float32),
-                      _vt(F32x16))
-
-    return F32x16(s), codegen
 
 
 @intrinsic
