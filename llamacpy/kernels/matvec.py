@@ -48,6 +48,9 @@ from .threading_layer import NOGIL
 # bytes ahead of the current position in the row stream: one Zen 5 thread streams from DRAM at
 # 33-36 GB/s with 8 KiB (Q8_0, 576-wide rows) against 25-27 GB/s with 4 KiB (2026-12-02)
 PREFETCH = 8192
+# the K-quant byte-pair kernels' own distance (bench/prefetch_distance.py, Zen 4, 2026-12-04):
+# a 1.5B Q4_K_M model's matrices stream 4-18% faster at 3 KiB than at 8 KiB; Zen 5 not measured
+PREFETCH_BYTE_PAIRS = 3072
 QMAX = np.float32(32767)  # int16 activations: x / scale in [-32767, 32767]
 
 
@@ -680,7 +683,7 @@ def matvec_q4_k_zmm(w, x, y):
         for b in range(nb):
             o = 144 * b
             for k in range(3):
-                prefetch(w, r, o + PREFETCH + 64 * k)
+                prefetch(w, r, o + PREFETCH_BYTE_PAIRS + 64 * k)
             d, dmin = f16_pair(w, r, o)
             sc_lo, sc_hi, m_lo, m_hi = _k4_packed_scales_mins(w, r, o + 4)
             m = f32x8_mul(bytes_f32(m_lo, m_hi), load_f32(xs, 8 * b))
@@ -710,7 +713,7 @@ def matvec_q6_k_zmm(w, x, y):
         acc, offset = f32x16_zero(), f32x8_zero()
         for b in range(nb):
             o = 210 * b
-            offset = _q6_k_block_head(w, r, o, b, xs, offset)[2]
+            offset = _q6_k_block_head(w, r, o, b, xs, offset, PREFETCH_BYTE_PAIRS)[2]
             scales = i8_scale_quads(w, r, o + 192)
             t_lo, t_hi = i32x16_zero(), i32x16_zero()
             for h in range(2):
@@ -758,11 +761,11 @@ def _q6_k_half(w, r, o, h, xq, xd, s0, scale, acc):
 
 
 @njit(inline="always")
-def _q6_k_block_head(w, r, o, b, xs, offset):
+def _q6_k_block_head(w, r, o, b, xs, offset, ahead):
     """Prefetch ahead, then block b's 16 scales times d (two F32x8, one per half) and the
     offset accumulator with their sum(x_s) terms added."""
     for k in range(4):
-        prefetch(w, r, o + PREFETCH + 64 * k)
+        prefetch(w, r, o + ahead + 64 * k)
     d = f16_pair(w, r, o + 206)[1]  # the fp16 at 208, loaded with the last two scales
     s0 = f32x8_mul(sbytes_f32(load_u32(w, r, o + 192), load_u32(w, r, o + 196)), d)
     s1 = f32x8_mul(sbytes_f32(load_u32(w, r, o + 200), load_u32(w, r, o + 204)), d)
@@ -780,7 +783,7 @@ def matvec_q6_k(w, x, y):
         acc0, acc1, offset = f32x8_zero(), f32x8_zero(), f32x8_zero()
         for b in range(nb):
             o = 210 * b
-            s0, s1, offset = _q6_k_block_head(w, r, o, b, xs, offset)
+            s0, s1, offset = _q6_k_block_head(w, r, o, b, xs, offset, PREFETCH)
             acc0 = _q6_k_half(w, r, o, 0, xq, xd, 8 * b, s0, acc0)
             acc1 = _q6_k_half(w, r, o, 1, xq, xd, 8 * b + 4, s1, acc1)
         y[r] = f32x8_sum(f32x8_add(acc0, acc1)) - np.float32(32) * f32x8_sum(offset)
