@@ -34,7 +34,8 @@ from ..format.constants import GGMLType
 from .dequant import (FASTMATH, ROW_KERNELS, call_kernel, dq_bf16, dq_f16, dq_iq4_xs, dq_q2_k,
                       dq_q3_k, dq_q5_1, dq_q5_k, ld, ld2, output_array, row_length,
                       weight_view)
-from .matvec import QMAX, _block_sums, _k4_scales_mins, iq4_nl_bytes, matvec, q5_0_bytes
+from .matvec import (BYTE_QMAX, QMAX, _block_amax, _block_sums, _k4_scales_mins, iq4_nl_bytes,
+                     matvec, q5_0_bytes)
 from .simd import (HAS_AVX512BW, HAS_VNNI, concat, dpwssd, f16_pair, f32x8_abs, f32x8_add,
                    f32x8_fma, f32x8_half_sums, f32x8_hmax, f32x8_max, f32x8_mul, f32x8_splat,
                    f32x8_sum, f32x8_zero, f32x16_halves, f32x16_scaled, f32x16_zero, fma_vec,
@@ -158,28 +159,34 @@ def _block_chunks(x, o, natural):
 
 
 @njit(inline="always")
-def _quantize_block_into(xp, i, x, o, natural, width, slot):
+def _quantize_block_into(xp, i, x, o, natural, width, slot, super_amax):
     """One block x[o:o + 32] quantized as quantize_i16 does into row i of xp, chunk k (of
     `_block_chunks`) at word width * ((k - slot) mod 4) + 8 * slot: the token in `slot` of a
     pair (width 16) or a quad (width 32), so that over the four vectors every slot meets all 32
-    weights. Returns the block's scale."""
+    weights. With `super_amax` not negative (NaN included), the block takes its super-block's
+    scale as matvec.quantize_byte_pairs does: max |x| of the 256 over BYTE_QMAX. Returns the
+    block's scale."""
     c0, c1, c2, c3 = _block_chunks(x, o, natural)
-    amax = f32x8_hmax(f32x8_max(f32x8_max(f32x8_abs(c0), f32x8_abs(c1)),
-                                f32x8_max(f32x8_abs(c2), f32x8_abs(c3))))
-    total = f32x8_sum(f32x8_add(f32x8_add(c0, c1), f32x8_add(c2, c3)))
-    if total != total:  # a NaN (or inf - inf) is kept, as in quantize_i16
-        amax = np.float32(np.nan)
-    inv = QMAX / amax if amax > 0 else np.float32(0)
+    qmax, amax = BYTE_QMAX, super_amax
+    if super_amax < 0:
+        qmax = QMAX
+        amax = f32x8_hmax(f32x8_max(f32x8_max(f32x8_abs(c0), f32x8_abs(c1)),
+                                    f32x8_max(f32x8_abs(c2), f32x8_abs(c3))))
+        total = f32x8_sum(f32x8_add(f32x8_add(c0, c1), f32x8_add(c2, c3)))
+        if total != total:  # a NaN (or inf - inf) is kept, as in quantize_i16
+            amax = np.float32(np.nan)
+    inv = qmax / amax if amax > 0 else np.float32(0)
     for k, c in enumerate((c0, c1, c2, c3)):
         store_rounded_i16(xp, i, width * ((k + 4 - slot) % 4) + 8 * slot, f32x8_mul(c, inv))
-    return amax / QMAX
+    return amax / qmax
 
 
 # A plain function, not inlined: one compiled copy serves every multi_* kernel (inlined, each
 # kernel's parfor passes also went over it, ~0.5-1 s of compiling per kernel).
 @njit(nogil=NOGIL, fastmath=FASTMATH)
-def _grouped_activations(X, natural, sums, size):
-    """The rows of X [T, n] quantized as matvec.quantize_i16 does, in groups of `size` tokens (2:
+def _grouped_activations(X, natural, sums, size, per_256):
+    """The rows of X [T, n] quantized as matvec.quantize_i16 does (with `per_256`, one scale per
+    256 as matvec.quantize_byte_pairs does), in groups of `size` tokens (2:
     the pairs of `_pair_dot`, 4: the quads of `_quad_dot`; missing tokens zero). Per group g and
     block b, row nb g + b of xg int16 holds four vectors of 8 * size words; slot j (8 words) of
     vector k is token size g + j's chunk (k + j) mod 4 of the block, so that over the four
@@ -202,9 +209,12 @@ def _grouped_activations(X, natural, sums, size):
         if sums:
             xs[nbp * t : nbp * t + nb] = _block_sums(x, 32)
         g, j = t // size, t % size
+        super_amax = np.float32(-1)
         for b in range(nb):
             i = nb * g + b
-            d = _quantize_block_into(xg, i, x, 32 * b, natural, 8 * size, j)
+            if per_256 and b % 8 == 0:
+                super_amax = _block_amax(x, 32 * b, 256)
+            d = _quantize_block_into(xg, i, x, 32 * b, natural, 8 * size, j, super_amax)
             for e in range(4):
                 xd[4 * size * i + 4 * j + e] = d
     return xg.reshape(-1), xd, xs, nbp
@@ -405,12 +415,20 @@ def _int_row_range(w, xp, xd2, xs, nbp, Y, lo, hi, nb, npairs, kind):
 
 
 @njit(inline="always")
+def _per_256(kind):
+    """Whether the K-quants' activations take one scale per 256: where one-token decode runs the
+    byte-pair kernels (AVX-512BW), so that a step of several rows quantizes as a one-row step
+    does (with q8_0 KV caches the difference reached 1.6% of a logit)."""
+    return HAS_AVX512BW and (kind == KIND_Q4_K or kind == KIND_Q6_K or kind == KIND_Q6_K_BYTES)
+
+
+@njit(inline="always")
 def _int_rows(w, X, Y, chunks, kind, rows_of_kind):
     """Y = X @ W^T for an integer kind: rows in `chunks` parallel chunks, each row's scales
     decoded once, then its blocks once per two pairs of tokens."""
     has_mins = kind == KIND_Q4_1 or kind == KIND_Q4_K
     natural = kind == KIND_Q8_0 or kind == KIND_Q6_K_BYTES  # bytes in weight order
-    xp, xd2, xs, nbp = _grouped_activations(X, natural, has_mins, 2)
+    xp, xd2, xs, nbp = _grouped_activations(X, natural, has_mins, 2, _per_256(kind))
     rows, nb, npairs = w.shape[0], X.shape[1] // 32, (X.shape[0] + 1) // 2
     for c in prange(chunks):
         rows_of_kind(w, xp, xd2, xs, nbp, Y, c * rows // chunks, (c + 1) * rows // chunks, nb,
@@ -533,7 +551,7 @@ def _int_rows_zmm(w, X, Y, chunks, kind, rows_of_kind):
     """`_int_rows` with four tokens a vector, two rows and two quads a pass."""
     has_mins = kind == KIND_Q4_1 or kind == KIND_Q4_K
     natural = kind == KIND_Q8_0 or kind == KIND_Q6_K_BYTES
-    xq, xd4, xs, nbp = _grouped_activations(X, natural, has_mins, 4)
+    xq, xd4, xs, nbp = _grouped_activations(X, natural, has_mins, 4, _per_256(kind))
     rows, nb, nq = w.shape[0], X.shape[1] // 32, (X.shape[0] + 3) // 4
     for c in prange(chunks):
         rows_of_kind(w, xq, xd4, xs, nbp, Y, c * rows // chunks, (c + 1) * rows // chunks, nb,

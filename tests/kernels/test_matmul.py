@@ -44,6 +44,28 @@ def test_matmul_one_token_is_matvec():
     assert_close(matmul(w, GGMLType.Q6_K, X), reference(w, "Q6_K", 256), X)
 
 
+@pytest.mark.skipif(not mm.HAS_AVX512BW, reason="the byte-pair decode kernels need AVX-512BW")
+@pytest.mark.parametrize("n_tokens", [2, 4])
+def test_few_token_q4_k_quantizes_as_one_token_decode(n_tokens):
+    """Q4_K rows of a few tokens give each token's one-row decode result to float rounding: both
+    quantize the activations with one scale per 256. Heavy-tailed activations make the int16
+    steps coarse, so a scale per 32 against one per 256 differs by ~1e-4 here (the kernels'
+    errors against the exact product are test_matmul_synthetic's)."""
+    from llamacpy.kernels.matvec import MATVEC_KERNELS
+
+    w = synth_blocks("Q4_K", 64, 1536, seed=3)
+    rng = np.random.default_rng(4)
+    X = (rng.standard_normal((n_tokens, 1536)) * np.exp(2 * rng.standard_normal((n_tokens, 1536))))
+    X = X.astype(np.float32)
+    Y = np.empty((n_tokens, 64), np.float32)
+    mm.multi_kernel(GGMLType.Q4_K, n_tokens)(mm.weight_view(w, GGMLType.Q4_K), X, Y,
+                                             mm.row_chunks(64))
+    for t in range(n_tokens):
+        y = np.empty(64, np.float32)
+        MATVEC_KERNELS[GGMLType.Q4_K](w, X[t].copy(), y)
+        assert np.abs(Y[t] - y).max() < 1e-6 * np.abs(y).max()
+
+
 def test_matmul_rejects_wrong_shape():
     with pytest.raises(ValueError, match="expected"):
         matmul(synth_blocks("Q8_0", 3, 64), GGMLType.Q8_0, np.zeros((2, 32), np.float32))
