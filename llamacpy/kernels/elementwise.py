@@ -45,24 +45,43 @@ def rope_norm(x, cos, sin):  # adjacent pairs x[2i], x[2i + 1]
 
 
 @njit(inline="always")
-def _logistic_times(x, k, out):
-    """out[i] = x[i] / (1 + exp(-z[i])) = x[i] * sigmoid(z[i]) for float32 1-D arrays, with z = x
-    (k = 0: SiLU) or z = 2 sqrt(2/pi) x (1 + 0.044715 x^2) (k = 1: tanh-GELU, as
-    0.5 (1 + tanh(u)) = sigmoid(2u))."""
-    n = x.shape[0]
+def logistic_times8(v, k):
+    """v / (1 + exp(-z)) = v * sigmoid(z) for an F32x8 v, with z = v (k = 0: SiLU) or
+    z = 2 sqrt(2/pi) v (1 + 0.044715 v^2) (k = 1: tanh-GELU, as 0.5 (1 + tanh(u)) = sigmoid(2u))."""
     one = f32x8_splat(np.float32(1))
+    z = v
+    if k == 1:
+        z = f32x8_mul(f32x8_mul(v, 2 * SQRT_2_OVER_PI),
+                      f32x8_add(one, f32x8_mul(f32x8_mul(v, v), GELU_COEF_A)))
+    return f32x8_div(v, f32x8_add(one, f32x8_exp(f32x8_mul(z, np.float32(-1)))))
+
+
+@njit(inline="always")
+def logistic_times1(v, k):
+    """`logistic_times8` for one float32 (libm's exp: the tails of arrays not a multiple of 8)."""
+    z = v if k == 0 else np.float32(2) * SQRT_2_OVER_PI * v * (np.float32(1) + GELU_COEF_A * v * v)
+    return v / (np.float32(1) + np.exp(-z))
+
+
+@njit(inline="always")
+def _logistic_times(x, k, out):
+    """out[i] = logistic_times(x[i]) for float32 1-D arrays (k: 0 SiLU, 1 tanh-GELU)."""
+    n = x.shape[0]
     for i in range(0, n // 8 * 8, 8):
-        v = load_f32(x, i)
-        z = v
-        if k == 1:
-            z = f32x8_mul(f32x8_mul(v, 2 * SQRT_2_OVER_PI),
-                          f32x8_add(one, f32x8_mul(f32x8_mul(v, v), GELU_COEF_A)))
-        store_f32(out, i, f32x8_div(v, f32x8_add(one, f32x8_exp(f32x8_mul(z, np.float32(-1))))))
+        store_f32(out, i, logistic_times8(load_f32(x, i), k))
     for i in range(n // 8 * 8, n):
-        v = x[i]
-        z = v if k == 0 else np.float32(2) * SQRT_2_OVER_PI * v * (
-            np.float32(1) + GELU_COEF_A * v * v)
-        out[i] = v / (np.float32(1) + np.exp(-z))
+        out[i] = logistic_times1(x[i], k)
+
+
+@njit(cache=True, nogil=NOGIL)
+def gated_1d(g, u, k):
+    """g[i] = act_k(g[i]) * u[i] in place (float32 [n]; k: 0 SiLU, 1 tanh-GELU): a gated FFN's
+    product, the same float operations as the activation and then the multiply."""
+    n = g.shape[0]
+    for i in range(0, n // 8 * 8, 8):
+        store_f32(g, i, f32x8_mul(logistic_times8(load_f32(g, i), k), load_f32(u, i)))
+    for i in range(n // 8 * 8, n):
+        g[i] = logistic_times1(g[i], k) * u[i]
 
 
 @njit(cache=True, nogil=NOGIL)

@@ -34,6 +34,7 @@ from ..format.constants import GGMLType
 from .dequant import (FASTMATH, ROW_KERNELS, call_kernel, dq_bf16, dq_f16, dq_iq4_xs, dq_q2_k,
                       dq_q3_k, dq_q5_1, dq_q5_k, ld, ld2, output_array, row_length,
                       weight_view)
+from .elementwise import gated_1d
 from .matvec import (BYTE_QMAX, QMAX, _block_amax, _block_sums, _k4_scales_mins, iq4_nl_bytes,
                      matvec, q5_0_bytes)
 from .simd import (HAS_AVX512BW, HAS_VNNI, concat, dpwssd, f16_pair, f32x8_abs, f32x8_add,
@@ -773,27 +774,43 @@ def row_chunks(rows: int) -> int:
 
 
 def matmul(w_blocks: np.ndarray, ggml_type: int, X: np.ndarray,
-           out: np.ndarray | None = None) -> np.ndarray:
-    """Y = X @ W^T, W uint8 [rows, row_bytes] blocks of `ggml_type`: float32 [n_tokens, rows]."""
+           out: np.ndarray | None = None, gated: int = -1) -> np.ndarray:
+    """Y = X @ W^T, W uint8 [rows, row_bytes] blocks of `ggml_type`: float32 [n_tokens, rows].
+    With `gated` (0 SiLU, 1 tanh-GELU), `out` holds a gated FFN's gate projection and gets
+    act(gate) * Y: in the integer GEMM's stores, elsewhere after a Y of its own."""
     ggml_type = GGMLType(ggml_type)
     rows, n = w_blocks.shape[0], row_length(w_blocks.shape[1], ggml_type)
     X = np.ascontiguousarray(X, dtype=np.float32)
     if X.ndim != 2 or X.shape[1] != n:
         raise ValueError(f"X has shape {X.shape}, expected (n_tokens, {n}) for a "
                          f"{ggml_type.name} matrix of {rows} x {n}")
+    if gated >= 0 and out is None:
+        raise ValueError("a gated matmul takes the gate projection as out")
     out = output_array(out, (X.shape[0], rows))
-    if X.shape[0] == 1:
+    if _integer_gemm(ggml_type, X.shape[0]):
+        vnni_matmul(w_blocks, ggml_type, X, out, gated)
+    elif gated >= 0:
+        gated_1d(out.reshape(-1), matmul(w_blocks, ggml_type, X).reshape(-1), gated)
+    elif X.shape[0] == 1:
         matvec(w_blocks, ggml_type, X[0], out[0])
     elif ggml_type == GGMLType.F32:
         np.matmul(X, w_blocks.view(np.float32).T, out=out)
     elif X.shape[0] <= small_batch_limit(ggml_type) and ggml_type in MULTI_KERNELS:
         call_kernel(multi_kernel(ggml_type, X.shape[0]), weight_view(w_blocks, ggml_type), X,
                     out, row_chunks(rows))
-    elif vnni_enabled() and vnni_supports(ggml_type, X.shape[0]):
-        vnni_matmul(w_blocks, ggml_type, X, out)
     else:
         _tiled(w_blocks, ggml_type, X, out)
     return out
+
+
+def _integer_gemm(ggml_type: GGMLType, n_tokens: int) -> bool:
+    """Whether `n_tokens` rows against a `ggml_type` matrix take kernels/vnni.py's GEMM: past the
+    one-token and few-token kernels, where it is on and has the type."""
+    if n_tokens == 1 or ggml_type == GGMLType.F32:
+        return False
+    if n_tokens <= small_batch_limit(ggml_type) and ggml_type in MULTI_KERNELS:
+        return False
+    return vnni_enabled() and vnni_supports(ggml_type, n_tokens)
 
 
 def _tiled(w_blocks: np.ndarray, ggml_type: GGMLType, X: np.ndarray, out: np.ndarray) -> None:

@@ -44,8 +44,9 @@ from numba.extending import intrinsic
 
 from ..format.constants import GGMLType
 from .dequant import IQ4_NL_GRID, f16_at, k4_scale_min, ld2, st2
+from .elementwise import logistic_times1, logistic_times8
 from .matvec import QMAX
-from .simd import HAS_AVX2, HAS_VNNI, load_u32
+from .simd import HAS_AVX2, HAS_VNNI, f32x8_mul, load_row8, load_u32, store_row8
 from .threading_layer import NOGIL
 
 # LLAMACPY_VNNI=0 turns the path off (to compare it with dequantize + sgemm)
@@ -586,8 +587,11 @@ def vnni_supports(ggml_type: GGMLType, n_tokens: int) -> bool:
     return ggml_type in UNPACKERS and (HAS_VNNI or n_tokens >= AVX2_FROM_TOKENS[ggml_type])
 
 
-def vnni_matmul(w: np.ndarray, ggml_type: GGMLType, X: np.ndarray, out: np.ndarray) -> None:
-    """out [T, rows] = X [T, n] @ W^T for a type in UNPACKERS, W uint8 [rows, row_bytes]."""
+def vnni_matmul(w: np.ndarray, ggml_type: GGMLType, X: np.ndarray, out: np.ndarray,
+                gated: int = -1) -> None:
+    """out [T, rows] = X [T, n] @ W^T for a type in UNPACKERS, W uint8 [rows, row_bytes]. With
+    `gated` (0 SiLU, 1 tanh-GELU) out holds a gated FFN's gate projection and gets
+    act(gate) * (X @ W^T), applied as each panel is stored: no second [T, rows] array."""
     u = UNPACKERS[ggml_type]
     block, nsub = u.block, u.nsub
     n_tok, n = X.shape
@@ -617,7 +621,10 @@ def vnni_matmul(w: np.ndarray, ggml_type: GGMLType, X: np.ndarray, out: np.ndarr
         _timed("unpack", u.pack, w, r0, r1 - r0, Wp, WS, WM, half, nb, nm)
         _timed("gemm", gemm, Wp, WS, WM, Xq32, XS, XSUM, Y.reshape(-1), strips, t_pad, kc_blocks,
                block // 2, half, nb, max(1, min(strips // STRIPS, numba.get_num_threads())))
-        _timed("store", _store_panel, Y, out, r0, r1 - r0, n_tok)
+        if gated < 0:
+            _timed("store", _store_panel, Y, out, r0, r1 - r0, n_tok)
+        else:
+            _timed("store", _store_panel_gated, Y, out, r0, r1 - r0, n_tok, gated)
 
 
 PROFILE: dict[str, float] | None = None  # part -> CPU seconds, summed while a bench sets it to {}
@@ -654,3 +661,20 @@ def _store_panel(Y, out, r0, rows, n_tok):
         for t in range(n_tok):
             for j in range(m):
                 st2(out, t, base + j, ld2(Y[sp], t, j))
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL)
+def _store_panel_gated(Y, out, r0, rows, n_tok, k):
+    """out[t, r0 + r] = act_k(out[t, r0 + r]) * Y's value: `_store_panel` for the up projection
+    of a gated FFN, with elementwise.gated_1d's operations (8 lanes at a time where it has them:
+    the strips start at multiples of 8)."""
+    width = STRIPS * LANES
+    for sp in prange((rows + width - 1) // width):
+        base, m = r0 + width * sp, min(width, rows - width * sp)
+        ys = Y[sp]
+        for t in range(n_tok):
+            for j in range(0, m // 8 * 8, 8):
+                g = logistic_times8(load_row8(out, t, base + j), k)
+                store_row8(out, t, base + j, f32x8_mul(g, load_row8(ys, t, j)))
+            for j in range(m // 8 * 8, m):
+                out[t, base + j] = logistic_times1(out[t, base + j], k) * ys[t, j]

@@ -15,6 +15,7 @@ from gguf.constants import Keys
 from ..memory.batch import Batch, Segment
 from ..memory.kv_cache import KVCache
 from ..format import GGUFError, GGUFFile
+from ..ops.activations import GATED_KINDS
 from ..ops.attention import attend_segment, attend_seqs
 from ..ops.linear import Linear, get_rows
 from ..ops.norm import rms_norm
@@ -237,8 +238,12 @@ class GatedFFN:
         self.ffn_up = w.linear(f"{p}.ffn_up", a.n_embd, a.n_ff)
         self.ffn_down = w.linear(f"{p}.ffn_down", a.n_ff, a.n_embd)
         self.activation = activation
+        # the kernels' code for it: act(gate) * up is then formed as up is stored
+        self.gated_kind = GATED_KINDS.get(activation, -1)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.gated_kind >= 0:
+            return self.ffn_down(self.ffn_up.gated(x, self.ffn_gate(x), self.gated_kind))
         h = self.activation(self.ffn_gate(x))
         h *= self.ffn_up(x)
         return self.ffn_down(h)

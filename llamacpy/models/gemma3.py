@@ -70,6 +70,7 @@ class Gemma3Model(LlamaModel):
             if il == a.n_layer - 1:
                 x, h = x[batch.logits], h[batch.logits]
             x = x + rms_norm(h, layer.attn_post_norm, a.rms_eps)
+            del h  # not alive through the FFN: a prompt's peak memory is there
             h = layer.ffn(rms_norm(x, layer.ffn_norm, a.rms_eps))
             x = x + rms_norm(h, layer.ffn_post_norm, a.rms_eps)
         logits = self.output(rms_norm(x, self.output_norm, a.rms_eps))

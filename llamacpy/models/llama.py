@@ -69,6 +69,7 @@ class LlamaModel:
             if il == a.n_layer - 1:  # the last layer only needs the rows we return
                 x, h = x[batch.logits], h[batch.logits]
             x = x + h
+            del h  # not alive through the FFN: a prompt's peak memory is there
             x = x + layer.ffn(rms_norm(x, layer.ffn_norm, a.rms_eps))
         x = rms_norm(x, self.output_norm, a.rms_eps)
         return x if hidden else self.output(x)

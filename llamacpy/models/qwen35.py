@@ -311,6 +311,7 @@ class Qwen35Model(LlamaModel):
             if il == a.n_layer - 1 and sink is None:  # the last layer only needs the rows we return
                 x, h = x[batch.logits], h[batch.logits]
             x = x + h
+            del h  # not alive through the FFN: a prompt's peak memory is there
             x = x + layer.ffn(rms_norm(x, layer.post_attention_norm, a.rms_eps))
         h_nextn = rms_norm(x, self.output_norm, a.rms_eps)
         if sink is not None:  # an MTP drafter reads every row's (llama_get_embeddings_nextn)

@@ -21,6 +21,11 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return _elementwise(gelu_tanh_1d, gelu_tanh_reference, x)
 
 
+# the kernels' code for each activation (elementwise.gated_1d's k): a gated FFN forms
+# act(gate) * up in one pass, and in a prompt's integer GEMM as up is stored
+GATED_KINDS = {silu: 0, gelu_tanh: 1}
+
+
 def _elementwise(kernel, reference, x: np.ndarray) -> np.ndarray:
     if x.dtype != np.float32:
         return reference(x)

@@ -7,6 +7,7 @@ import numpy as np
 from ..format.constants import GGMLType
 from ..format.reader import GGUFTensor
 from ..kernels.dequant import call_kernel, dequantize_rows, weight_view
+from ..kernels.elementwise import gated_1d
 from ..kernels.matmul import (MULTI_KERNELS, NO_ZMM, Q6_K_BYTES_ZMM, SMALL_BATCH_Q6_K_BYTES,
                               ZMM_KERNELS, matmul, multi_q6_k_bytes, row_chunks,
                               small_batch_limit)
@@ -68,6 +69,21 @@ class Linear:
         y = matmul(self.weight, self.ggml_type, flat,
                    None if out is None else out.reshape(-1, self.out_features))
         return y.reshape(*x.shape[:-1], self.out_features)
+
+    def gated(self, x: np.ndarray, gate: np.ndarray, kind: int) -> np.ndarray:
+        """act(gate) * self(x), written into `gate` (a gated FFN's gate projection, float32
+        [tokens, out_features]; kind 0 SiLU, 1 tanh-GELU). A prompt's integer GEMM applies it as
+        it stores each panel, so its [tokens, n_ff] up projection never exists as an array."""
+        flat = x.reshape(-1, self.in_features)
+        if gate.dtype != np.float32 or not gate.flags.c_contiguous or \
+                gate.size != flat.shape[0] * self.out_features:
+            raise ValueError(f"{self.name}: the gate must be C-contiguous float32 "
+                             f"[{flat.shape[0]}, {self.out_features}]")
+        if flat.shape[0] > self._multi_max:  # the path __call__ takes to matmul()
+            matmul(self.weight, self.ggml_type, flat, gate.reshape(-1, self.out_features), kind)
+        else:
+            gated_1d(gate.reshape(-1), self(x).reshape(-1), kind)
+        return gate
 
     def _one_token(self, x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
         """Decode: one token straight to the matvec kernel (matvec()'s checks cost ~10 us)."""

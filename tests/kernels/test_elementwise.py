@@ -47,3 +47,19 @@ def test_activations(name, fn, twin):
     assert np.array_equal(got[~finite], ref[~finite].astype(np.float32), equal_nan=True)
     # the twin agrees wherever its own float32 rounding does not dominate (GELU's 1 + tanh)
     assert np.allclose(got, twin(x), rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("name, fn, kind", [("silu", silu, 0), ("gelu", gelu_tanh, 1)])
+def test_gated_product_is_the_activation_times_up(name, fn, kind):
+    """gated_1d(g, u) is act(g) * u with the activation's own float operations, bit for bit, on
+    a length whose tail is not a multiple of 8, and within the activation's bound of float64."""
+    from llamacpy.kernels.elementwise import gated_1d
+
+    rng = np.random.default_rng(5)
+    g = (rng.standard_normal(1003) * 6).astype(np.float32)
+    u = rng.standard_normal(1003).astype(np.float32)
+    got = g.copy()
+    gated_1d(got, u, kind)
+    assert np.array_equal(got, fn(g) * u)
+    ref = exact(name, g)[0] * u.astype(np.float64)
+    assert np.allclose(got, ref, rtol=1e-5, atol=1e-6)

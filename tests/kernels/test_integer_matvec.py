@@ -483,3 +483,23 @@ def test_nibble_bit_and_table_bytes(monkeypatch, avx2):
     assert np.array_equal(got[0], nibbles)
     assert np.array_equal(got[1], np.where(bits == 1, 0x10, 0xF0))
     assert np.array_equal(got[2], table.view(np.uint8)[nibbles])
+
+
+@pytest.mark.parametrize("n_tokens", [1, 3, 40])
+@pytest.mark.parametrize("name", ["Q4_K", "Q8_0", "Q6_K"])
+def test_linear_gated_is_the_activation_times_the_projection(name, n_tokens):
+    """Linear.gated (a gated FFN's up projection): silu(gate) * up(x) written into the gate,
+    bit for bit what the activation and a multiply give, for one token, a few and a prompt's
+    count (the integer GEMM's stores where the CPU has one); a gate it cannot write is refused."""
+    from llamacpy.ops.activations import silu
+
+    tensor = FakeTensor(synth_blocks(name, 64, 512, seed=10), GGMLType[name], 512)
+    up = Linear(tensor)
+    X = activations(512 * n_tokens, 11).reshape(n_tokens, 512)
+    gate = np.random.default_rng(12).standard_normal((n_tokens, 64)).astype(np.float32) * 3
+    want = silu(gate) * up(X)
+    got = gate.copy()
+    assert up.gated(X, got, 0) is got
+    assert np.array_equal(got, want)
+    with pytest.raises(ValueError, match="gate must be"):
+        up.gated(X, np.zeros((n_tokens, 128), np.float32)[:, ::2], 0)

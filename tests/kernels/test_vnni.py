@@ -159,3 +159,29 @@ def test_matmul_takes_this_path_for_prompts():
         pytest.skip("LLAMACPY_VNNI=0")
     w, X, out = _run("Q4_K", 48, 512, 40)
     np.testing.assert_array_equal(mm.matmul(w, GGMLType.Q4_K, X), out)
+
+
+@pytest.mark.parametrize("name", ["Q4_K", "Q8_0", "Q5_0"])
+@pytest.mark.parametrize("kind", [0, 1])
+@pytest.mark.parametrize("rows", [88, 77])
+def test_gated_store_is_the_activation_times_the_product(name, kind, rows):
+    """With `gated`, the stores write act(gate) * (X @ W^T) into the gate array: what the plain
+    GEMM followed by elementwise.gated_1d gives, bit for bit when rows are a multiple of 8 (both
+    then take the 8-lane path for every value; a part strip of 24 here), else within float32
+    the activations' own bound (the last strip's odd values take the scalar path elsewhere)."""
+    from llamacpy.kernels.elementwise import gated_1d
+
+    w = synth_blocks(name, rows, 512, seed=6)
+    X = np.random.default_rng(7).standard_normal((9, 512)).astype(np.float32)
+    gate = np.random.default_rng(8).standard_normal((9, rows)).astype(np.float32) * 4
+    plain = np.empty((9, rows), np.float32)
+    vnni.vnni_matmul(w, GGMLType[name], X, plain)
+    check(plain, w, name, X)
+    want = gate.copy()
+    gated_1d(want.reshape(-1), plain.reshape(-1), kind)
+    got = gate.copy()
+    vnni.vnni_matmul(w, GGMLType[name], X, got, kind)
+    if rows % 8 == 0:
+        assert np.array_equal(got, want)
+    else:
+        assert np.allclose(got, want, rtol=1e-5, atol=1e-30)  # exp: vectorised vs libm
