@@ -200,6 +200,9 @@ def test_conversation_survives_a_reload_and_the_list_manages_it(smol, open_page,
     page.get_by_label("Rename Say hello.").click()
     page.get_by_label("Conversation name").fill("Greetings")
     page.get_by_label("Conversation name").press("Enter")
+    # the list shows the new name once IndexedDB has committed it (a reload before that,
+    # on a loaded CI machine, lost the rename)
+    page.wait_for_selector("#conversations li .open:text-is('Greetings')")
     page.reload()
     page.wait_for_selector("#conversations li .open:text-is('Greetings')")
     # a new chat is a second conversation
