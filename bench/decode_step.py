@@ -36,6 +36,13 @@ class Timed:
         self.totals[self.label] += time.perf_counter() - t0
         return out
 
+    def gated(self, *args):
+        """Linear.gated (a gated FFN's up projection and its activation), timed as the call."""
+        t0 = time.perf_counter()
+        out = self.fn.gated(*args)
+        self.totals[self.label] += time.perf_counter() - t0
+        return out
+
     def __getattr__(self, name):
         return getattr(self.fn, name)
 
@@ -50,7 +57,7 @@ def instrument(model, totals: dict, cache=None) -> None:
             setattr(att, name, Timed(getattr(att, name), "matmul attention", totals))
         for name in ("ffn_gate", "ffn_up", "ffn_down"):
             setattr(ffn, name, Timed(getattr(ffn, name), "matmul ffn", totals))
-        ffn.activation = Timed(ffn.activation, "activation", totals)
+        ffn.activation = Timed(ffn.activation, "activation", totals)  # where not in ffn_up.gated
     base.attend_segment = Timed(base.attend_segment, "attention", totals)
     base.attend_seqs = Timed(base.attend_seqs, "attention", totals)  # one row per sequence
     for module in (base, llama, gemma3):  # each model file imported the ops by name
