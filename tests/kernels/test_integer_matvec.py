@@ -201,10 +201,13 @@ def test_scaled_row_kernels_both_widths_bit_identical(name, rows):
 @pytest.mark.parametrize("n_tokens", [2, 3, 4, 5])
 def test_several_tokens_exact_in_representable_activations(name, n_tokens):
     """The multi-token kernels quantize each token's blocks as quantize_i16 does (here exactly),
-    whatever their place in the pairs of tokens."""
+    whatever their place in the pairs of tokens; K-quants with one scale per 256 where the
+    one-token kernels do (AVX-512BW: matmul._per_256)."""
     n = 512
     w = synth_blocks(name, 37, n, seed=n_tokens)
-    X = np.stack([representable_activations(n, 10 * n_tokens + t) for t in range(n_tokens)])
+    per_256 = mm.HAS_AVX512BW and name in ("Q4_K", "Q6_K")
+    exact = representable_byte_pair_activations if per_256 else representable_activations
+    X = np.stack([exact(n, 10 * n_tokens + t) for t in range(n_tokens)])
     W = reference(w, name, n)
     Y = matmul(w, GGMLType[name], X)
     bound = np.abs(X.astype(np.float64)) @ np.abs(W).T
