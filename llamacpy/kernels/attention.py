@@ -8,8 +8,9 @@ weighted values 16 columns by four heads per pass; values are prefetched while t
 since between two tokens the weights streamed through the cache evict the KV rows. With fewer
 than three query heads per KV head, or fewer (token, KV head) tasks than threads, one head at a
 time (eight keys per pass). Head sizes that are not a multiple of 8 take `attend_cached_scalar`.
-`attend_cached_seqs` is the same kernel for one row of each of several sequences (the server's
-batched decode step), so that step makes one call per layer instead of one per sequence.
+`attend_cached_seqs` is the same for one row of each of several sequences (the server's
+batched decode step), so that step makes one call per layer instead of one per sequence; one
+sequence's call goes through it too, so the two share their compiled kernels.
 `attend_prompt` (kernels/attention_prompt.py) converts the visible cache once and uses BLAS in
 causal blocks of queries, faster for prompt chunks;
 `attend_reference` is the plain numpy twin all three are tested against.
@@ -293,10 +294,23 @@ def _attend_each(qs, first, group, keys, k0, values, v0, lo, hi, scale, outs, kt
 
 
 @njit(inline="always")
-def _attend_rows(q, keys, values, n_kv_head, row0, q_pos, n_swa, scale, out, by_head, ktag,
-                 vtag):
-    """Query row i sees key rows row0[i] + [lo, hi) of keys / values [rows, n_kv_head * units]
-    (units: values, or bytes of ggml blocks), read as the tags ktag / vtag say (kv_quant.TAGS)."""
+def _kv_rows(k_all, v_all):
+    """Caches [n_seq, n_ctx, n_kv_head, units] as keys / values [n_seq * n_ctx, n_kv_head *
+    units] (rows are positions) and the first row of each sequence."""
+    n_seq, n_ctx, n_kv_head = k_all.shape[0], k_all.shape[1], k_all.shape[2]
+    keys = k_all.reshape(n_seq * n_ctx, n_kv_head * k_all.shape[3])
+    values = v_all.reshape(n_seq * n_ctx, n_kv_head * v_all.shape[3])
+    return keys, values, n_ctx, n_kv_head
+
+
+# Two kernels a cache type, one a path, so that a model compiles only the paths its shapes and
+# thread count take (each prange is a parallel region of its own to compile).
+@njit(inline="always")
+def _attend_grouped(q, k_all, v_all, q_seq, q_pos, n_swa, scale, out, ktag, vtag):
+    """Query row i (sequence q_seq[i]) over its sequence's keys: a task per token and KV head,
+    its query heads four at a time. Keys and values are read as the tags ktag / vtag say
+    (kv_quant.TAGS; units: values, or bytes of ggml blocks)."""
+    keys, values, n_ctx, n_kv_head = _kv_rows(k_all, v_all)
     n_tok, n_head, d_k = q.shape
     d_v = out.shape[2]
     group = n_head // n_kv_head
@@ -304,67 +318,88 @@ def _attend_rows(q, keys, values, n_kv_head, row0, q_pos, n_swa, scale, out, by_
     vbn = values.shape[1] * values.itemsize // n_kv_head
     qs = q.reshape(n_tok * n_head, d_k)
     outs = out.reshape(n_tok * n_head, d_v)
-    if group >= 3 and d_v % 16 == 0 and not by_head:
-        for t in prange(n_tok * n_kv_head):  # a task per token and KV head
-            i, kvh = t // n_kv_head, t % n_kv_head
-            hi = q_pos[i] + 1
-            lo = max(0, hi - n_swa) if n_swa > 0 else 0
-            _attend_group4(qs, i * n_head + kvh * group, group, keys, kvh * d_k, values,
-                           kvh * d_v, row0[i] + lo, row0[i] + hi, scale, outs, ktag, vtag,
-                           (kvh * kbn, kbn, kvh * vbn, vbn))
-    else:  # a task per token and query head: more tasks than threads
-        for t in prange(n_tok * n_head):
-            i, h = t // n_head, t % n_head
-            kvh = h // group
-            hi = q_pos[i] + 1
-            lo = max(0, hi - n_swa) if n_swa > 0 else 0
-            _attend_each(qs, i * n_head + h, 1, keys, kvh * d_k, values, kvh * d_v,
-                         row0[i] + lo, row0[i] + hi, scale, outs, ktag, vtag)
+    for t in prange(n_tok * n_kv_head):
+        i, kvh = t // n_kv_head, t % n_kv_head
+        row0 = np.int64(q_seq[i]) * n_ctx
+        hi = q_pos[i] + 1
+        lo = max(0, hi - n_swa) if n_swa > 0 else 0
+        _attend_group4(qs, i * n_head + kvh * group, group, keys, kvh * d_k, values, kvh * d_v,
+                       row0 + lo, row0 + hi, scale, outs, ktag, vtag,
+                       (kvh * kbn, kbn, kvh * vbn, vbn))
+
+
+@njit(inline="always")
+def _attend_by_head(q, k_all, v_all, q_seq, q_pos, n_swa, scale, out, ktag, vtag):
+    """As _attend_grouped with a task per token and query head: more tasks than threads."""
+    keys, values, n_ctx, n_kv_head = _kv_rows(k_all, v_all)
+    n_tok, n_head, d_k = q.shape
+    d_v = out.shape[2]
+    group = n_head // n_kv_head
+    qs = q.reshape(n_tok * n_head, d_k)
+    outs = out.reshape(n_tok * n_head, d_v)
+    for t in prange(n_tok * n_head):
+        i, h = t // n_head, t % n_head
+        kvh = h // group
+        row0 = np.int64(q_seq[i]) * n_ctx
+        hi = q_pos[i] + 1
+        lo = max(0, hi - n_swa) if n_swa > 0 else 0
+        _attend_each(qs, i * n_head + h, 1, keys, kvh * d_k, values, kvh * d_v, row0 + lo,
+                     row0 + hi, scale, outs, ktag, vtag)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=ATTN_FASTMATH)
-def attend_cached(q, k_cache, v_cache, q_pos, n_swa, scale, out, by_head=False):
-    # head sizes multiples of 8; by_head: a task per query head (when tasks < threads)
-    n_ctx, n_kv_head = k_cache.shape[0], k_cache.shape[1]
-    keys = k_cache.reshape(n_ctx, n_kv_head * k_cache.shape[2])  # rows are positions
-    values = v_cache.reshape(n_ctx, n_kv_head * v_cache.shape[2])
-    _attend_rows(q, keys, values, n_kv_head, np.zeros(q.shape[0], np.int64), q_pos, n_swa,
-                 scale, out, by_head, FLOAT_TAG, FLOAT_TAG)
+def attend_grouped(q, k_all, v_all, q_seq, q_pos, n_swa, scale, out):
+    _attend_grouped(q, k_all, v_all, q_seq, q_pos, n_swa, scale, out, FLOAT_TAG, FLOAT_TAG)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=ATTN_FASTMATH)
-def attend_cached_q(q, k_cache, v_cache, q_pos, n_swa, scale, out, by_head, ktag, vtag):
-    """attend_cached over caches of any KV type [n_ctx, n_kv_head, units], read in place as the
-    tags ktag / vtag say (kv_quant.TAGS: ggml blocks dequantized in registers)."""
-    n_ctx, n_kv_head = k_cache.shape[0], k_cache.shape[1]
-    keys = k_cache.reshape(n_ctx, n_kv_head * k_cache.shape[2])
-    values = v_cache.reshape(n_ctx, n_kv_head * v_cache.shape[2])
-    _attend_rows(q, keys, values, n_kv_head, np.zeros(q.shape[0], np.int64), q_pos, n_swa,
-                 scale, out, by_head, ktag, vtag)
+def attend_by_head(q, k_all, v_all, q_seq, q_pos, n_swa, scale, out):
+    _attend_by_head(q, k_all, v_all, q_seq, q_pos, n_swa, scale, out, FLOAT_TAG, FLOAT_TAG)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=ATTN_FASTMATH)
+def attend_grouped_q(q, k_all, v_all, q_seq, q_pos, n_swa, scale, out, ktag, vtag):
+    _attend_grouped(q, k_all, v_all, q_seq, q_pos, n_swa, scale, out, ktag, vtag)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=ATTN_FASTMATH)
+def attend_by_head_q(q, k_all, v_all, q_seq, q_pos, n_swa, scale, out, ktag, vtag):
+    _attend_by_head(q, k_all, v_all, q_seq, q_pos, n_swa, scale, out, ktag, vtag)
+
+
+def _grouped(q, n_kv_head, out, by_head) -> bool:
+    """Whether the four-heads-a-task path takes these shapes (three or more query heads a KV
+    head, values a multiple of 16) and by_head (fewer tasks than threads) is off."""
+    return q.shape[1] // n_kv_head >= 3 and out.shape[2] % 16 == 0 and not by_head
+
+
 def attend_cached_seqs(q, k_all, v_all, q_seq, q_pos, n_swa, scale, out, by_head=False):
     """attend_cached for rows of different sequences in one call (the server's decode step):
     caches [n_seq, n_ctx, n_kv_head, d], row i in sequence q_seq[i] at position q_pos[i]."""
-    n_seq, n_ctx, n_kv_head = k_all.shape[0], k_all.shape[1], k_all.shape[2]
-    keys = k_all.reshape(n_seq * n_ctx, n_kv_head * k_all.shape[3])
-    values = v_all.reshape(n_seq * n_ctx, n_kv_head * v_all.shape[3])
-    row0 = q_seq.astype(np.int64) * n_ctx
-    _attend_rows(q, keys, values, n_kv_head, row0, q_pos, n_swa, scale, out, by_head,
-                 FLOAT_TAG, FLOAT_TAG)
+    kernel = attend_grouped if _grouped(q, k_all.shape[2], out, by_head) else attend_by_head
+    kernel(q, k_all, v_all, q_seq, q_pos, n_swa, scale, out)
 
 
-@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=ATTN_FASTMATH)
 def attend_cached_seqs_q(q, k_all, v_all, q_seq, q_pos, n_swa, scale, out, by_head, ktag,
                          vtag):
     """attend_cached_seqs over caches of any KV type (see attend_cached_q)."""
-    n_seq, n_ctx, n_kv_head = k_all.shape[0], k_all.shape[1], k_all.shape[2]
-    keys = k_all.reshape(n_seq * n_ctx, n_kv_head * k_all.shape[3])
-    values = v_all.reshape(n_seq * n_ctx, n_kv_head * v_all.shape[3])
-    row0 = q_seq.astype(np.int64) * n_ctx
-    _attend_rows(q, keys, values, n_kv_head, row0, q_pos, n_swa, scale, out, by_head, ktag,
-                 vtag)
+    kernel = attend_grouped_q if _grouped(q, k_all.shape[2], out, by_head) else attend_by_head_q
+    kernel(q, k_all, v_all, q_seq, q_pos, n_swa, scale, out, ktag, vtag)
+
+
+def attend_cached(q, k_cache, v_cache, q_pos, n_swa, scale, out, by_head=False):
+    """Decode-sized attention over one sequence's cache [n_ctx, n_kv_head, d] (head sizes
+    multiples of 8): the multi-sequence kernels with one sequence, so one compile serves both.
+    by_head: a task per query head (when tasks < threads)."""
+    attend_cached_seqs(q, k_cache[None], v_cache[None], np.zeros(q.shape[0], np.int32), q_pos,
+                       n_swa, scale, out, by_head)
+
+
+def attend_cached_q(q, k_cache, v_cache, q_pos, n_swa, scale, out, by_head, ktag, vtag):
+    """attend_cached over caches of any KV type [n_ctx, n_kv_head, units], read in place as the
+    tags ktag / vtag say (kv_quant.TAGS: ggml blocks dequantized in registers)."""
+    attend_cached_seqs_q(q, k_cache[None], v_cache[None], np.zeros(q.shape[0], np.int32), q_pos,
+                         n_swa, scale, out, by_head, ktag, vtag)
 
 
 def _key_mask(q_pos, n_swa, key_pos):
