@@ -787,7 +787,7 @@ def matmul(w_blocks: np.ndarray, ggml_type: int, X: np.ndarray,
     if gated >= 0 and out is None:
         raise ValueError("a gated matmul takes the gate projection as out")
     out = output_array(out, (X.shape[0], rows))
-    if _integer_gemm(ggml_type, X.shape[0]):
+    if _integer_gemm(ggml_type, X.shape[0], n):
         vnni_matmul(w_blocks, ggml_type, X, out, gated)
     elif gated >= 0:
         gated_1d(out.reshape(-1), matmul(w_blocks, ggml_type, X).reshape(-1), gated)
@@ -803,14 +803,14 @@ def matmul(w_blocks: np.ndarray, ggml_type: int, X: np.ndarray,
     return out
 
 
-def _integer_gemm(ggml_type: GGMLType, n_tokens: int) -> bool:
+def _integer_gemm(ggml_type: GGMLType, n_tokens: int, n: int) -> bool:
     """Whether `n_tokens` rows against a `ggml_type` matrix take kernels/vnni.py's GEMM: past the
     one-token and few-token kernels, where it is on and has the type."""
     if n_tokens == 1 or ggml_type == GGMLType.F32:
         return False
     if n_tokens <= small_batch_limit(ggml_type) and ggml_type in MULTI_KERNELS:
         return False
-    return vnni_enabled() and vnni_supports(ggml_type, n_tokens)
+    return vnni_enabled() and vnni_supports(ggml_type, n_tokens, n)
 
 
 def _tiled(w_blocks: np.ndarray, ggml_type: GGMLType, X: np.ndarray, out: np.ndarray) -> None:

@@ -8,11 +8,14 @@ wm, one per `sub` values), and the activations are quantized per block to int16 
 `qmax` that keeps each block's int32 sum from overflowing (`Unpacker.qmax`). The 32-weight types
 keep the GGUF's blocks (qmax 32767, relative step ~1.5e-5 of the block's largest value). The
 K-quants fold their integer sub-block scales into q, so their blocks are 256 (Q4_K, qmax 8876)
-and 64 (Q6_K, qmax 8191) long: the int32 sums are converted 8x / 4x less often. One vpdpwssd
-multiplies 32 int16 pairs (16 rows x 2 k) and adds them to int32 lanes, twice the multiply-adds
-of an fp32 FMA, and the products are exact: on a Zen 5 core whole layers run 1.3-1.7x faster
-than OpenBLAS's AVX-512 sgemm on the dequantized rows (the path everywhere else,
-kernels/matmul.py).
+and 64 (Q6_K, qmax 8191) long: the int32 sums are converted 8x / 4x less often. F16 and BF16
+matrices (vision towers, whisper, F16 conversions) have their weights quantized here per block
+of 32 as the activations are (`_ints_of_floats`; on AVX-512 VNNI only): a mean KLD of 6e-7 to
+the float32 sgemm on an F16 Qwen2.5-Coder-0.5B.
+One vpdpwssd multiplies 32 int16 pairs (16 rows x 2 k) and adds them to int32 lanes, twice
+the multiply-adds of an fp32 FMA, and the products are exact: on a Zen 5 core whole layers run
+1.3-1.7x faster than OpenBLAS's AVX-512 sgemm on the dequantized rows (the path everywhere
+else, kernels/matmul.py).
 
 Layout (BLIS-like): a panel of rows is unpacked once into int16 pairs, two strips of 16 rows
 interleaved per strip pair, [strip pair][k pair][2][16 lanes] (`pack_*`); the activations into
@@ -43,10 +46,11 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..format.constants import GGMLType
-from .dequant import IQ4_NL_GRID, f16_at, k4_scale_min, ld2, st2
+from .dequant import IQ4_NL_GRID, bits_to_f32, f16_at, k4_scale_min, ld2, st2
 from .elementwise import logistic_times1, logistic_times8
 from .matvec import QMAX
-from .simd import HAS_AVX2, HAS_VNNI, f32x8_mul, load_row8, load_u32, store_row8
+from .simd import (HAS_AVX2, HAS_VNNI, f32x8_abs, f32x8_hmax, f32x8_max, f32x8_mul,
+                   f32x8_splat, load_row8, load_u32, store_rounded_i16, store_row8)
 from .threading_layer import NOGIL
 
 # LLAMACPY_VNNI=0 turns the path off (to compare it with dequantize + sgemm)
@@ -437,6 +441,45 @@ def _ints_iq4_nl(w, r, q, sc, mn, lane):
             q[lane, 32 * b + 16 + l] = np.int16(grid[v >> 4])
 
 
+# The float types have no integers of their own: each block of 32 of a row becomes int16 on a
+# scale of its largest |w| / FLOAT_WMAX, a step of 1/8191 of that largest value (fp16's own step
+# near it is 1/1024 to 1/2048 of it). wmax 8191 and the activations' qmax 8192 balance the two
+# roundings and keep a block's sum within int32.
+FLOAT_WMAX = 8191
+
+
+@njit(inline="always")
+def _ints_of_floats(w, r, q, sc, lane):
+    """q[lane] and sc[lane] for row r of w (float32, or uint16 of fp16 bits: load_row8 converts
+    them), per block of 32 (sc [LANES, n / 32]), eight lanes at a time."""
+    inv_top = np.float32(FLOAT_WMAX)
+    for b in range(sc.shape[1]):
+        o = 32 * b
+        v0, v1 = load_row8(w, r, o), load_row8(w, r, o + 8)
+        v2, v3 = load_row8(w, r, o + 16), load_row8(w, r, o + 24)
+        top = f32x8_hmax(f32x8_max(f32x8_max(f32x8_abs(v0), f32x8_abs(v1)),
+                                   f32x8_max(f32x8_abs(v2), f32x8_abs(v3))))
+        inv = f32x8_splat(inv_top / top if top > 0 else np.float32(0))
+        sc[lane, b] = top / inv_top
+        store_rounded_i16(q, lane, o, f32x8_mul(v0, inv))
+        store_rounded_i16(q, lane, o + 8, f32x8_mul(v1, inv))
+        store_rounded_i16(q, lane, o + 16, f32x8_mul(v2, inv))
+        store_rounded_i16(q, lane, o + 24, f32x8_mul(v3, inv))
+
+
+@njit(inline="always")
+def _ints_f16(w, r, q, sc, mn, lane):  # w: uint16 [rows, n] of fp16 bits
+    _ints_of_floats(w, r, q, sc, lane)
+
+
+@njit(inline="always")
+def _ints_bf16(w, r, q, sc, mn, lane):  # w: uint16 [rows, n] of bf16 bits
+    f = np.empty((1, w.shape[1]), np.float32)
+    for i in range(w.shape[1]):  # a shift and a bitcast: vectorises
+        f[0, i] = bits_to_f32(np.uint32(ld2(w, r, i)) << np.uint32(16))
+    _ints_of_floats(f, 0, q, sc, lane)
+
+
 @intrinsic
 def _transpose_tile(typingctx, src, s0, stride, dst, d0, dstep):
     """dst[d0 + dstep c + r] = src[s0 + stride r + c] for r, c < LANES (int32 1-D arrays): one
@@ -533,6 +576,16 @@ def pack_q4_1(w, r0, rows, Wp, WS, WM, half, nb, nm):
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
+def pack_f16(w, r0, rows, Wp, WS, WM, half, nb, nm):
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, nm, _ints_f16)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL)
+def pack_bf16(w, r0, rows, Wp, WS, WM, half, nb, nm):
+    _pack(w, r0, rows, Wp, WS, WM, half, nb, nm, _ints_bf16)
+
+
+@njit(parallel=True, cache=True, nogil=NOGIL)
 def pack_iq4_nl(w, r0, rows, Wp, WS, WM, half, nb, nm):
     _pack(w, r0, rows, Wp, WS, WM, half, nb, nm, _ints_iq4_nl)
 
@@ -563,7 +616,10 @@ UNPACKERS = {
     GGMLType.Q4_0: Unpacker(32, 0, 8, pack_q4_0),
     GGMLType.Q4_1: Unpacker(32, 1, 15, pack_q4_1),
     GGMLType.IQ4_NL: Unpacker(32, 0, 127, pack_iq4_nl),
+    GGMLType.F16: Unpacker(32, 0, FLOAT_WMAX, pack_f16),  # qmax 8192
+    GGMLType.BF16: Unpacker(32, 0, FLOAT_WMAX, pack_bf16),
 }
+FLOAT_TYPES = (GGMLType.F16, GGMLType.BF16)  # their rows reach the packers as uint16
 
 
 # ------------------------------------------------------------------------------- the driver
@@ -581,9 +637,11 @@ AVX2_FROM_TOKENS = {GGMLType.Q8_0: 1, GGMLType.Q4_K: 1, GGMLType.Q6_K: 64, GGMLT
                     GGMLType.Q4_0: 256, GGMLType.Q4_1: 256, GGMLType.IQ4_NL: 256}
 
 
-def vnni_supports(ggml_type: GGMLType, n_tokens: int) -> bool:
-    """Whether `n_tokens` rows against a `ggml_type` matrix go through this kernel (its rows are
-    whole blocks of 32 or 256, so always whole int16 pairs)."""
+def vnni_supports(ggml_type: GGMLType, n_tokens: int, n: int) -> bool:
+    """Whether `n_tokens` rows against a `ggml_type` matrix with rows of `n` go through this
+    kernel (the quantized types' rows are whole blocks of 32 or 256; a float row must be)."""
+    if ggml_type in FLOAT_TYPES:  # timed on AVX-512 only: on AVX2 they keep sgemm
+        return HAS_VNNI and n % 32 == 0
     return ggml_type in UNPACKERS and (HAS_VNNI or n_tokens >= AVX2_FROM_TOKENS[ggml_type])
 
 
@@ -605,6 +663,8 @@ def vnni_matmul(w: np.ndarray, ggml_type: GGMLType, X: np.ndarray, out: np.ndarr
     X = np.ascontiguousarray(X)
     _timed("quantize", _quantize_activations, X, X.view(np.uint32), block, u.qmax,
            block // max(nsub, 1), Xq32, XS, XSUM)
+    if ggml_type in FLOAT_TYPES:
+        w = w.view(np.uint16)
     strip_rows = STRIPS * LANES
     panel = min(-(-rows // strip_rows) * strip_rows,
                 max(strip_rows, PANEL_BYTES // (2 * n) // strip_rows * strip_rows))

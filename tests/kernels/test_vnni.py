@@ -1,7 +1,8 @@
 """The AVX-512 VNNI prompt kernel (kernels/vnni.py) against `X @ dequantize(W)^T` in float64:
 every type it takes, row counts off the 32-row tile, token counts off the 6-token tile, rows
 longer than one K chunk, weights spread over several panels, and the int32 sums at their
-worst-case weights and activations.
+worst-case weights and activations. The float types (F16, BF16) have their weights quantized
+too, per block of 32, and the bounds take that step as well.
 
 Two references per product. Against the exact product the error may be as large as the
 activations' quantization allows: 0.5 * sum_k |W_rk| xs_tk, with xs the step of x_tk's block
@@ -27,18 +28,30 @@ TYPES = [t.name for t in vnni.UNPACKERS]
 EPS32 = 2.0**-24
 
 
+def per_block(A: np.ndarray, block: int, bound: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each row of A rounded per `block` values onto a step of max |A| / bound, as the kernel's
+    float32 arithmetic does it: (integers, each value's step) [rows, n], in float64."""
+    rows, n = A.shape
+    ab = A.astype(np.float32).reshape(rows, n // block, block)
+    amax = np.abs(ab).max(-1, keepdims=True)
+    bound = np.float32(bound)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, bound / amax, np.float32(0)).astype(np.float32)
+    q = np.rint((ab * inv).astype(np.float32))
+    step = np.broadcast_to(amax / bound, ab.shape).astype(np.float32)
+    return q.reshape(rows, n).astype(np.float64), step.reshape(rows, n).astype(np.float64)
+
+
 def quantized(X: np.ndarray, u: vnni.Unpacker) -> tuple[np.ndarray, np.ndarray]:
     """The numpy twin of `_quantize_activations`: (xq [T, n] integers, xs [T, n] the step of
-    each value's block), in float64."""
-    n_tok, n = X.shape
-    xb = X.astype(np.float32).reshape(n_tok, n // u.block, u.block)
-    amax = np.abs(xb).max(-1, keepdims=True)
-    qmax = np.float32(u.qmax)
-    with np.errstate(divide="ignore"):
-        inv = np.where(amax > 0, qmax / amax, np.float32(0)).astype(np.float32)
-    xq = np.rint((xb * inv).astype(np.float32))
-    xs = np.broadcast_to(amax / qmax, xb.shape).astype(np.float32)
-    return xq.reshape(n_tok, n).astype(np.float64), xs.reshape(n_tok, n).astype(np.float64)
+    each value's block)."""
+    return per_block(X, u.block, u.qmax)
+
+
+def quantized_weights(W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The numpy twin of `_ints_of_floats` for the float types (F16, BF16): (wq, ws) per block
+    of 32 of each row."""
+    return per_block(W, 32, vnni.FLOAT_WMAX)
 
 
 def scale_parts(w: np.ndarray, name: str, n: int) -> np.ndarray:
@@ -68,10 +81,15 @@ def check(out: np.ndarray, w: np.ndarray, name: str, X: np.ndarray) -> None:
     roundings = n // u.block * (1 + u.nsub) + 8
     float_err = roundings * EPS32 * (np.abs(x64) @ scale_parts(w, name, n).T)
     step_err = 0.5 * (xs @ np.abs(W).T)
+    Wk = W  # the weights the kernel multiplies: the float types' become int16 per block of 32
+    if GGMLType[name] in vnni.FLOAT_TYPES:
+        wq, ws = quantized_weights(W)
+        Wk = wq * ws
+        step_err = 0.5 * (xs @ np.abs(Wk).T) + 0.5 * (np.abs(x64) @ ws.T)
     exact = x64 @ W.T
     err = np.abs(y - exact) / (step_err + float_err + 1e-30)
     assert err.max() <= 1.0, f"{name}: {err.max():.2f} x the quantization-step bound"
-    twin = (xq * xs) @ W.T
+    twin = (xq * xs) @ Wk.T
     err = np.abs(y - twin) / (float_err + 1e-30)
     assert err.max() <= 1.0, f"{name}: {err.max():.2f} x the float-rounding bound"
 
@@ -159,6 +177,18 @@ def test_matmul_takes_this_path_for_prompts():
         pytest.skip("LLAMACPY_VNNI=0")
     w, X, out = _run("Q4_K", 48, 512, 40)
     np.testing.assert_array_equal(mm.matmul(w, GGMLType.Q4_K, X), out)
+
+
+@pytest.mark.parametrize("name", ["F16", "BF16"])
+def test_float_matrices_take_this_path_only_with_vnni(name):
+    """F16 / BF16 prompts go through here on AVX-512 VNNI (timed faster than sgemm there) and
+    keep sgemm on AVX2; rows must be whole blocks of 32."""
+    assert vnni.vnni_supports(GGMLType[name], 64, 512) == vnni.HAS_VNNI
+    assert not vnni.vnni_supports(GGMLType[name], 64, 520)
+    if not (vnni.HAS_VNNI and vnni.vnni_enabled()):
+        return
+    w, X, out = _run(name, 40, 512, 40)
+    np.testing.assert_array_equal(mm.matmul(w, GGMLType[name], X), out)
 
 
 @pytest.mark.parametrize("name", ["Q4_K", "Q8_0", "Q5_0"])
