@@ -225,9 +225,17 @@ def test_minilm_through_the_openai_client_matches_sentence_transformers(tmp_path
         assert len(res.data) == len(SENTENCES) and res.usage.prompt_tokens > 2 * len(SENTENCES)
         for d, w in zip(res.data, want):
             assert float(unit(d.embedding) @ unit(w)) >= 0.9999
+        # base64 decodes to the floats the float encoding sends for the same batch
+        flt = client.embeddings.create(model="all-minilm", input=SENTENCES,
+                                       encoding_format="float")
+        for d, f in zip(res.data, flt.data):
+            assert np.allclose(d.embedding, f.embedding, atol=1e-7)
+        # alone, a sentence may take another path: on AVX-512 VNNI the batch's F16 matmuls go
+        # through the integer GEMM (weights and activations per block of 32, kernels/vnni.py,
+        # ~2e-5 here) where a few tokens take the float few-token kernels
         one = client.embeddings.create(model="all-minilm", input=SENTENCES[0],
                                        encoding_format="float")
-        assert np.allclose(one.data[0].embedding, res.data[0].embedding, atol=1e-6)
+        assert np.allclose(one.data[0].embedding, res.data[0].embedding, atol=1e-4)
     finally:
         stop_server(server)
 
