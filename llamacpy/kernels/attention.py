@@ -296,7 +296,7 @@ def _attend_each(qs, first, group, keys, k0, values, v0, lo, hi, scale, outs, kt
 @njit(inline="always")
 def _kv_rows(k_all, v_all):
     """Caches [n_seq, n_ctx, n_kv_head, units] as keys / values [n_seq * n_ctx, n_kv_head *
-    units] (rows are positions) and the first row of each sequence."""
+    units] (rows are positions; sequence s starts at row s * n_ctx), with n_ctx and n_kv_head."""
     n_seq, n_ctx, n_kv_head = k_all.shape[0], k_all.shape[1], k_all.shape[2]
     keys = k_all.reshape(n_seq * n_ctx, n_kv_head * k_all.shape[3])
     values = v_all.reshape(n_seq * n_ctx, n_kv_head * v_all.shape[3])
