@@ -7,6 +7,7 @@ import numba
 import numpy as np
 
 from ..kernels import get_threads, set_threads
+from ..kernels.compiler_pages import release_if_loaded
 from ..memory.batch import Batch
 from ..memory.kv_cache import KVCache
 
@@ -26,6 +27,7 @@ class Context:
         self.n_ctx, self.n_seq, self.n_ubatch = n_ctx, n_seq, n_ubatch
         self.cache: KVCache = model.make_cache(n_ctx // n_seq, n_seq, type_k, type_v)
         self.use_threads(n_threads, n_threads_batch)
+        release_if_loaded()  # what importing numba and loading the model mapped of LLVM
 
     def use_threads(self, n_threads: int | None, n_threads_batch: int | None) -> None:
         """Thread counts for decode (values <= 0 or None: unset). With n_threads_batch set, BLAS
@@ -63,6 +65,7 @@ class Context:
                 self.cache.commit(s.seq, s.pos0 + s.stop - s.start)
             if len(logits):
                 outputs.append(logits)
+        release_if_loaded()  # LLVM's pages, once this step's kernels are loaded
         if not outputs:
             return np.empty((0, self.model.args.n_vocab), np.float32)
         return outputs[0] if len(outputs) == 1 else np.concatenate(outputs)

@@ -1,0 +1,98 @@
+"""kernels/compiler_pages.py: LLVM's clean pages leave the resident set, only those, and kernels
+compiled or loaded afterwards still run and give the right answers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from llamacpy.kernels import compiler_pages
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+SMAPS = """\
+7f0000000000-7f0000365000 r--p 00000000 00:2d 123 /venv/llvmlite/binding/libllvmlite.so
+Size:               3476 kB
+Rss:                3476 kB
+Anonymous:             0 kB
+7f0000365000-7f0005394000 r-xp 00365000 00:2d 123 /venv/llvmlite/binding/libllvmlite.so
+Size:              82108 kB
+Anonymous:             0 kB
+7f0009677000-7f000983c000 r--p 08677000 00:2d 123 /venv/llvmlite/binding/libllvmlite.so
+Size:               1812 kB
+Anonymous:          1792 kB
+7f000983c000-7f0009865000 rw-p 0883c000 00:2d 123 /venv/llvmlite/binding/libllvmlite.so
+Size:                164 kB
+Anonymous:             0 kB
+7f0010000000-7f0010100000 r-xp 00000000 00:2d 456 /usr/lib/libc.so.6
+Size:               1024 kB
+Anonymous:             0 kB
+7f0020000000-7f0020100000 rw-p 00000000 00:00 0
+Size:               1024 kB
+Anonymous:          1024 kB
+"""
+
+
+def test_only_clean_read_only_llvm_mappings_are_chosen(tmp_path):
+    """The RELRO segment (read-only, but private copies), the writable data and other libraries
+    are left alone: dropping them would lose what the loader wrote there."""
+    smaps = tmp_path / "smaps"
+    smaps.write_text(SMAPS)
+    assert compiler_pages.llvm_ranges(str(smaps)) == [
+        (0x7F0000000000, 0x7F0000365000), (0x7F0000365000, 0x7F0005394000)]
+
+
+RELEASE_THEN_COMPILE = textwrap.dedent("""
+    import numpy as np
+    from numba import njit
+    from llamacpy.kernels import compiler_pages
+
+    def llvm_rss_kib():
+        total, inside = 0, False
+        for line in open("/proc/self/smaps"):
+            if line[0] in "0123456789abcdef" and "-" in line.split()[0]:
+                inside = "libllvmlite" in line
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1])
+        return total
+
+    @njit
+    def first(x):
+        return (x * 2.0).sum()
+
+    assert first(np.arange(4.0)) == 12.0
+    before = llvm_rss_kib()
+    assert compiler_pages.release_if_loaded()
+    after = llvm_rss_kib()
+    assert not compiler_pages.release_if_loaded()  # nothing loaded since
+
+    @njit
+    def second(x):
+        return (x * x).sum()
+
+    assert second(np.arange(4.0)) == 14.0 and first(np.arange(3.0)) == 6.0
+    assert compiler_pages.release_if_loaded()  # `second` was compiled
+    print(before, after)
+""")
+
+
+def test_release_drops_llvm_and_later_compiles_still_work():
+    out = subprocess.run([sys.executable, "-c", RELEASE_THEN_COMPILE], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    before, after = map(int, out.stdout.split())
+    assert before > 20 << 10, f"LLVM mapped only {before} KiB after a compile"
+    assert after < before / 4, f"LLVM still {after} of {before} KiB resident after release()"
+
+
+def test_switched_off_by_the_environment():
+    code = ("from llamacpy.kernels import compiler_pages as c; "
+            "print(c.ENABLED, c.release_if_loaded())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, LLAMACPY_RELEASE_LLVM="0"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]
