@@ -25,7 +25,9 @@ sys.path.insert(0, str(ROOT))
 
 from llamacpy.format.constants import GGMLType  # noqa: E402
 from llamacpy.kernels import set_threads  # noqa: E402
+from llamacpy.kernels import simd  # noqa: E402
 from llamacpy.kernels.dequant import weight_view  # noqa: E402
+from llamacpy.kernels.repack import repack_q6_k_bytes  # noqa: E402
 from llamacpy.kernels.vnni import vnni_enabled, vnni_matmul  # noqa: E402
 from tests.kernels.test_integer_matvec import activations, synth_blocks  # noqa: E402
 
@@ -45,19 +47,22 @@ def median_ms(fn, reps: int = 7) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("type", choices=[t.name for t in mm.ZMM_KERNELS] or ["Q8_0"])
+    ap.add_argument("type", choices=[t.name for t in mm.ZMM_TWINS] + ["Q6_K_BYTES"])
     ap.add_argument("rows", type=int)
     ap.add_argument("n", type=int)
     ap.add_argument("-T", "--tokens", default="4,8,16")
     ap.add_argument("--gemm", action="store_true", help="zmm kernel against the VNNI GEMM")
     args = ap.parse_args()
-    if not mm.ZMM_KERNELS or (args.gemm and not vnni_enabled()):
+    if not simd.HAS_AVX512BW or (args.gemm and not vnni_enabled()):
         sys.exit("this CPU has no AVX-512BW (or, with --gemm, no VNNI)")
     set_threads(1)
-    t = GGMLType[args.type]
-    w = synth_blocks(args.type, args.rows, args.n, seed=1)
-    wv = weight_view(w, t)
-    zmm = mm.ZMM_KERNELS[t][0]
+    # Q6_K_BYTES: the Q6_K rows llama-server -np > 1 repacks for these kernels
+    base_type = "Q6_K" if args.type == "Q6_K_BYTES" else args.type
+    t = GGMLType[base_type]
+    w = synth_blocks(base_type, args.rows, args.n, seed=1)
+    wv = repack_q6_k_bytes(w) if args.type == "Q6_K_BYTES" else weight_view(w, t)
+    ymm = getattr(mm, f"multi_{args.type.lower()}")
+    zmm = getattr(mm, f"multi_{args.type.lower()}_zmm")
     other, label = ("VNNI GEMM", "gemm") if args.gemm else ("ymm", "ymm")
     for T in (int(x) for x in args.tokens.split(",")):
         X = activations(args.n * T, T).reshape(T, args.n)
@@ -65,7 +70,7 @@ def main() -> None:
         if args.gemm:
             base = median_ms(lambda: vnni_matmul(w, t, X, Y))
         else:
-            base = median_ms(lambda: mm.MULTI_KERNELS[t](wv, X, Y, 1))
+            base = median_ms(lambda: ymm(wv, X, Y, 1))
         z = median_ms(lambda: zmm(wv, X, Y, 1))
         print(f"{args.type} {args.rows}x{args.n} T={T}: {other} {base:.2f} ms, zmm {z:.2f} ms "
               f"({base / z:.2f}x {label}/zmm)", flush=True)

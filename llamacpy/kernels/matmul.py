@@ -38,8 +38,8 @@ from .compiler_pages import release_if_loaded
 from .elementwise import gated_1d
 from .matvec import (BYTE_QMAX, QMAX, _block_amax, _block_sums, _k4_scales_mins, iq4_nl_bytes,
                      matvec, q5_0_bytes)
-from .simd import (HAS_AVX512BW, HAS_VNNI, concat, dpwssd, f16_pair, f32x8_abs, f32x8_add,
-                   f32x8_fma, f32x8_half_sums, f32x8_hmax, f32x8_max, f32x8_mul, f32x8_splat,
+from .simd import (HALF_WIDTH_512, HAS_AVX512BW, HAS_VNNI, concat, dpwssd, f16_pair, f32x8_abs,
+                   f32x8_add, f32x8_fma, f32x8_half_sums, f32x8_hmax, f32x8_max, f32x8_mul, f32x8_splat,
                    f32x8_sum, f32x8_zero, f32x16_halves, f32x16_scaled, f32x16_zero, fma_vec,
                    hi_lo,
                    i16_splats, i8_scale_pairs, lane_rotations, load_f32, load_f32_bytes,
@@ -724,17 +724,27 @@ def multi_q6_k_bytes_zmm(w, X, Y, chunks):
 # Where the CPU has AVX-512BW the integer kinds take four tokens a vector from this many tokens
 # on (Zen 5, 1 thread, bench/few_token_kernels.py): with fewer, the ymm kernel's pairs waste
 # less of a part-filled quad, and Q4_K / Q6_K decode their blocks more cheaply at ymm width.
+# Zen 4 runs each 512-bit instruction as two 256-bit halves, and there the ymm kernels are
+# faster at 2-8 tokens for every type (1.2-2.3x) and at every count up to the GEMM for Q4_K;
+# only Q8_0's twin wins, 1.3x from 16 tokens (docs/PERFORMANCE.md, 2026-12-07). Fewer kernels
+# also means less to compile on a fresh machine.
 NO_ZMM = (None, 1 << 30)
-ZMM_KERNELS = {
-    GGMLType.Q8_0: (multi_q8_0_zmm, 3),
-    GGMLType.Q5_0: (multi_q5_0_zmm, 5),
-    GGMLType.Q4_0: (multi_q4_0_zmm, 5),
-    GGMLType.Q4_1: (multi_q4_1_zmm, 5),
-    GGMLType.IQ4_NL: (multi_iq4_nl_zmm, 5),
-    GGMLType.Q4_K: (multi_q4_k_zmm, 8),
-    GGMLType.Q6_K: (multi_q6_k_zmm, 8),
-} if HAS_AVX512BW else {}
-Q6_K_BYTES_ZMM = (multi_q6_k_bytes_zmm, 8) if HAS_AVX512BW else NO_ZMM
+ZMM_TWINS = {
+    GGMLType.Q8_0: multi_q8_0_zmm,
+    GGMLType.Q5_0: multi_q5_0_zmm,
+    GGMLType.Q4_0: multi_q4_0_zmm,
+    GGMLType.Q4_1: multi_q4_1_zmm,
+    GGMLType.IQ4_NL: multi_iq4_nl_zmm,
+    GGMLType.Q4_K: multi_q4_k_zmm,
+    GGMLType.Q6_K: multi_q6_k_zmm,
+}
+ZMM_FROM_FULL_WIDTH = {GGMLType.Q8_0: 3, GGMLType.Q5_0: 5, GGMLType.Q4_0: 5, GGMLType.Q4_1: 5,
+                       GGMLType.IQ4_NL: 5, GGMLType.Q4_K: 8, GGMLType.Q6_K: 8}
+ZMM_FROM_HALF_WIDTH = {GGMLType.Q8_0: 16}
+ZMM_KERNELS = {t: (ZMM_TWINS[t], start) for t, start in
+               (ZMM_FROM_HALF_WIDTH if HALF_WIDTH_512 else ZMM_FROM_FULL_WIDTH).items()} \
+    if HAS_AVX512BW else {}
+Q6_K_BYTES_ZMM = (multi_q6_k_bytes_zmm, 8) if HAS_AVX512BW else NO_ZMM  # Zen 4 too: 1.2-1.6x
 
 MULTI_KERNELS = {
     GGMLType.F16: multi_f16,

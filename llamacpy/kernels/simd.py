@@ -56,6 +56,9 @@ HAS_AVX512BW = bool(_FEATURES.get("avx512bw", False)) and not numba.config.CPU_N
 # AVX-512 VNNI (vpdpwssd) on zmm; on ymm it also needs AVX-512VL
 HAS_VNNI = HAS_AVX512BW and bool(_FEATURES.get("avx512vnni"))
 HAS_VNNI_YMM = HAS_VNNI and bool(_FEATURES.get("avx512vl"))
+# Zen 4 executes each 512-bit instruction as two 256-bit halves (Zen 5 and Intel's AVX-512
+# cores do not): where a zmm kernel only saves instructions, its ymm twin can be the faster one
+HALF_WIDTH_512 = HAS_AVX512BW and llvm.get_host_cpu_name() == "znver4"
 
 
 # ------------------------------------------------------------------------------- IR helpers
