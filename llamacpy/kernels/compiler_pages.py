@@ -5,8 +5,8 @@ loading a model's cached kernels map 65-95 MiB of that library's code and read-o
 this process, and nothing runs them again until another kernel compiles or loads. Those pages
 are clean copies of the file, so madvise(MADV_DONTNEED) takes them out of the resident set and
 a later compile faults them back in from the page cache, as the OS does under memory pressure.
-A prompt's peak RSS falls by that much (docs/PERFORMANCE.md, "Peak memory without LLVM's
-pages"). LLAMACPY_RELEASE_LLVM=0 keeps them.
+A prompt's peak RSS falls by that much (docs/PERFORMANCE.md, "Issue 17 on Zen 4, 2026-12-07").
+LLAMACPY_RELEASE_LLVM=0 keeps them.
 """
 
 from __future__ import annotations
