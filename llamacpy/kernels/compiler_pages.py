@@ -54,7 +54,10 @@ def release() -> int:
     compiling and loading freed to the OS; the bytes of LLVM's mappings advised."""
     global _ranges
     if _ranges is None:
-        _ranges = llvm_ranges()
+        try:
+            _ranges = llvm_ranges()
+        except (OSError, ValueError):  # no readable /proc (a sandbox): a decode must not fail
+            _ranges = []
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     advised = 0
