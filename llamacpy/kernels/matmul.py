@@ -41,10 +41,10 @@ from .matvec import (BYTE_QMAX, QMAX, _block_amax, _block_sums, _k4_scales_mins,
 from .simd import (HALF_WIDTH_512, HAS_AVX512BW, HAS_VNNI, concat, dpwssd, f16_pair, f32x8_abs,
                    f32x8_add, f32x8_fma, f32x8_half_sums, f32x8_hmax, f32x8_max, f32x8_mul,
                    f32x8_splat, f32x8_sum, f32x8_zero, f32x16_halves, f32x16_scaled, f32x16_zero,
-                   fma_vec, hi_lo, i16_splats, i8_scale_pairs, lane_rotations, load_f32, load_f32_bytes,
-                   load_f32_even, load_f32_odd, load_i8_words, load_i16, load_i16x32,
-                   load_nibble_words, load_w16, madd, prefetch, store_f32, store_rounded_i16, vadd,
-                   vand, vmul, vsar, vshl, vshr, vsub)
+                   fma_vec, hi_lo, i16_splats, i8_scale_pairs, lane_rotations, load_f32,
+                   load_f32_bytes, load_f32_even, load_f32_odd, load_i8_words, load_i16,
+                   load_i16x32, load_nibble_words, load_w16, madd, prefetch, store_f32,
+                   store_rounded_i16, vadd, vand, vmul, vsar, vshl, vshr, vsub)
 from .threading_layer import NOGIL
 from .vnni import vnni_enabled, vnni_matmul, vnni_supports
 

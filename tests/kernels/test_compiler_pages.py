@@ -54,8 +54,8 @@ RELEASE_THEN_COMPILE = textwrap.dedent("""
     def llvm_rss_kib():
         total, inside = 0, False
         for line in open("/proc/self/smaps"):
-            if line[0] in "0123456789abcdef" and "-" in line.split()[0]:
-                inside = "libllvmlite" in line
+            if compiler_pages._HEADER.match(line):
+                inside = compiler_pages.LIBRARY in line
             elif inside and line.startswith("Rss:"):
                 total += int(line.split()[1])
         return total
