@@ -8,7 +8,7 @@ from collections import Counter
 
 import numpy as np
 
-from ..format import GGUFError, open_gguf
+from ..format import GGUFError, StringArray, open_gguf
 from ..format.constants import ValueType
 from .common import fail, ggml_type_name, mib
 
@@ -18,7 +18,7 @@ TOOL = "llamacpy inspect"
 def describe_value(value, vtype: int, width: int = 60) -> str:
     """One-line rendering: long arrays show their length and first items."""
     if vtype == ValueType.ARRAY:
-        items = list(value[:5]) if isinstance(value, (list, np.ndarray)) else []
+        items = list(value[:5]) if isinstance(value, (list, np.ndarray, StringArray)) else []
         shown = ", ".join(repr(v) if isinstance(v, str) else str(v) for v in items)
         more = ", ..." if len(value) > 5 else ""
         return f"[{shown}{more}] ({len(value)} items)"

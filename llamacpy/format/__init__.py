@@ -2,9 +2,10 @@
 
 from .constants import GGMLType, FileType, ValueType
 from .reader import GGUFError, GGUFFile, GGUFTensor, open_gguf, split_paths
+from .strings import StringArray
 from .writer import TensorToWrite, write_gguf
 
 __all__ = [
     "GGMLType", "FileType", "ValueType", "GGUFError", "GGUFFile", "GGUFTensor", "open_gguf",
-    "split_paths", "TensorToWrite", "write_gguf",
+    "split_paths", "StringArray", "TensorToWrite", "write_gguf",
 ]

@@ -43,6 +43,7 @@ from .constants import (
     block_geometry,
     type_name,
 )
+from .strings import StringArray
 
 SPLIT_PATTERN = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 MAX_STRING_BYTES = 1 << 30  # no key or token string is near this; a larger one is a corrupt length
@@ -170,24 +171,31 @@ def _read_array(cur: _Cursor, key: str, depth: int) -> Any:
     return [_read_array(cur, key, depth + 1) for _ in range(count)]
 
 
-def _read_string_array(cur: _Cursor, key: str, count: int) -> list[str]:
-    # Hot on 150k-260k token vocabularies: one local loop, no per-item method calls.
+def _read_string_array(cur: _Cursor, key: str, count: int) -> StringArray:
+    # Hot on 150k-260k token vocabularies: one local loop that only reads the lengths; the
+    # text is then cut out of the buffer in one numpy step, with no str per element.
     buf, pos, size = cur.buf, cur.pos, cur.size
     unpack = struct.Struct("<Q").unpack_from
-    out = [None] * count
+    start, lens = pos, [0] * count
     for i in range(count):
         if pos + 8 > size:
             cur.pos = pos
             raise cur.fail(f"file truncated in string #{i} of array '{key}'")
         (n,) = unpack(buf, pos)
-        pos += 8
-        if n > size - pos:
-            cur.pos = pos - 8
+        if n > size - pos - 8:
+            cur.pos = pos
             raise cur.fail(f"string #{i} of array '{key}' has length {n}, past the end of file")
-        out[i] = str(buf[pos : pos + n], "utf-8", "surrogateescape")
-        pos += n
+        lens[i] = n
+        pos += 8 + n
     cur.pos = pos
-    return out
+    offsets = np.zeros(count + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    region = np.frombuffer(buf, np.uint8, count=pos - start, offset=start)
+    text = np.ones(len(region), bool)
+    heads = offsets[:-1] + 8 * np.arange(count, dtype=np.int64)  # each length field
+    for k in range(8):
+        text[heads + k] = False
+    return StringArray(region[text].tobytes(), offsets)
 
 
 @dataclass

@@ -24,6 +24,7 @@ from .constants import (
     ValueType,
     block_geometry,
 )
+from .strings import StringArray
 
 _DTYPE_TO_VTYPE = {np.dtype(d): v for v, d in SCALAR_DTYPES.items()}
 
@@ -56,7 +57,7 @@ def guess_value_type(value: Any) -> int:
         return ValueType.FLOAT32 if not isinstance(value, np.float64) else ValueType.FLOAT64
     if isinstance(value, (str, bytes)):
         return ValueType.STRING
-    if isinstance(value, (list, tuple, np.ndarray)):
+    if isinstance(value, (list, tuple, np.ndarray, StringArray)):
         return ValueType.ARRAY
     raise TypeError(f"cannot store {type(value).__name__} in GGUF metadata")
 
@@ -71,6 +72,10 @@ def _pack_array(value: Any) -> bytes:
         vtype = _DTYPE_TO_VTYPE[value.dtype.newbyteorder("<") if value.dtype.byteorder == ">"
                                 else value.dtype]
         return struct.pack("<IQ", vtype, len(value)) + np.ascontiguousarray(value).tobytes()
+    if isinstance(value, StringArray):  # straight from its blob, no str per element
+        lens = value.byte_lengths().tolist()
+        return struct.pack("<IQ", ValueType.STRING, len(lens)) + b"".join(
+            struct.pack("<Q", n) + value.raw(i) for i, n in enumerate(lens))
     items = list(value)
     etype = guess_value_type(items[0]) if items else ValueType.UINT8
     head = struct.pack("<IQ", etype, len(items))

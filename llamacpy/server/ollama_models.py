@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from gguf import LlamaFileType
 
+from ..format import StringArray
 from ..hub import catalog
 
 TOKENIZER_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
@@ -92,7 +93,7 @@ def model_info(gguf, verbose: bool) -> dict:
     for key, value in gguf.metadata.items():
         if key == "tokenizer.chat_template":
             continue  # /api/show carries it as `template`
-        if isinstance(value, np.ndarray):
+        if isinstance(value, (np.ndarray, StringArray)):
             value = value.tolist()
         if key in TOKENIZER_ARRAYS and not verbose:
             value = []

@@ -23,7 +23,6 @@ class SpmTokenizer:
         self.vocab = vocab
         self._scores: list[float] | None = None
         self._cut: re.Pattern | None = None
-        self._bytes_ids: dict[bytes, int] | None = None
         self._byte_ids: list[int] | None = None
         self._cache: dict[str, list[int]] = {}
 
@@ -92,13 +91,10 @@ class SpmTokenizer:
 
     def _tokenize_bytes(self, text: bytes) -> list[int]:
         # invalid UTF-8: symbols are cut by lead-byte length, exactly as llama.cpp does
-        if self._bytes_ids is None:
-            self._bytes_ids = {t.encode("utf-8", "surrogateescape"): i
-                               for t, i in self.vocab.token_to_id.items()}
         syms, i = [], 0
         while i < len(text):
             n = min(utf8_len(text[i]), len(text) - i)
             syms.append(text[i : i + n])
             i += n
-        merged = merge_by_score(syms, self._bytes_ids, self.scores)
+        merged = merge_by_score(syms, self.vocab.token_to_id, self.scores)  # takes bytes too
         return self._ids([m.decode("utf-8", "surrogateescape") for m in merged])

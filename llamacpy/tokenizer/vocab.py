@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..format import StringArray
 from . import stl
 from .pretokenizers import PreTokenizer, pre_tokenizer
-from .unicode import as_cpts
+from .text_index import TextIndex
 
 NULL = -1  # LLAMA_TOKEN_NULL
 
@@ -82,13 +83,13 @@ class Vocab:
 
     type: str
     model: str
-    tokens: list[str]  # token texts (invalid UTF-8 bytes kept as surrogate escapes)
+    tokens: StringArray  # token texts (invalid UTF-8 bytes kept as surrogate escapes)
     scores: np.ndarray  # float32 [n_vocab]
     attrs: list[int]  # llama_token_attr of each token (an int64 array while loading)
     token_types: np.ndarray  # int32 [n_vocab]: tokenizer.ggml.token_type as stored
-    token_to_id: dict[str, int]
+    token_to_id: TextIndex  # text (or its UTF-8 bytes) -> id
     pre: PreTokenizer | None = None
-    merges: dict[str, int] = field(default_factory=dict)  # "left right" -> rank
+    merges: TextIndex | dict = field(default_factory=dict)  # "left right" -> rank
     ids: SpecialIds = field(default_factory=SpecialIds)  # bos, eos, eot, ... (NULL if absent)
     eog: set[int] = field(default_factory=set)
     special_cache: list[int] = field(default_factory=list)  # cache_special_tokens, in order
@@ -134,24 +135,22 @@ def _new_vocab(meta: dict, model: str) -> Vocab:
     vtype = {"llama": "SPM", "bert": "WPM", "gpt2": "BPE", "gemma4": "BPE", "t5": "UGM"}.get(model)
     if vtype is None:
         raise NotImplementedError(f"tokenizer model '{model}' is not supported")
-    tokens = meta.get(KEY + "tokens") or []
-    if not isinstance(tokens, list):
-        tokens = list(tokens)  # the reader's list is used as it is: a copy costs 2 MB at 262k
-    if not tokens:
-        raise ValueError(f"cannot find tokenizer vocab ('{KEY}tokens') in model file")
+    tokens = StringArray.from_strings(meta.get(KEY + "tokens") or [])
     n = len(tokens)
-    for i, t in enumerate(tokens):
-        if not t:
-            tokens[i] = f"[EMPTY_{i}]"
+    if not n:
+        raise ValueError(f"cannot find tokenizer vocab ('{KEY}tokens') in model file")
+    if not tokens.byte_lengths().all():
+        tokens = StringArray.from_strings(t or f"[EMPTY_{i}]" for i, t in enumerate(tokens))
     scores = np.asarray(meta.get(KEY + "scores", np.zeros(n)), dtype=np.float32)[:n]
     if len(scores) < n:
         raise ValueError(f"Index out of array bounds for scores ({len(scores)} < {n})")
     types = np.asarray(meta.get(KEY + "token_type", np.ones(n)), dtype=np.int32)[:n]
     if len(types) < n:
         raise ValueError(f"Index out of array bounds for toktypes ({len(types)} < {n})")
-    token_to_id = dict(zip(tokens, range(n)))
-    if len(token_to_id) != n:  # llama.cpp asserts id_to_token.size() == token_to_id.size()
-        raise ValueError(f"vocab has {n - len(token_to_id)} duplicate token text(s)")
+    token_to_id = TextIndex(tokens)
+    repeats = token_to_id.n_repeats()
+    if repeats:  # llama.cpp asserts id_to_token.size() == token_to_id.size()
+        raise ValueError(f"vocab has {repeats} duplicate token text(s)")
     return Vocab(type=vtype, model=model, tokens=tokens, scores=scores, attrs=_attrs(types),
                  token_types=types, token_to_id=token_to_id)
 
@@ -200,9 +199,8 @@ def _apply_pre_flags(v: Vocab, meta: dict) -> None:
             setattr(v, flag, value)
     if KEY + "merges" not in meta:
         raise ValueError("cannot find tokenizer merges in model file")
-    merges = meta[KEY + "merges"]
-    # bpe_ranks.emplace keeps the first rank of a pair
-    v.merges = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
+    # bpe_ranks.emplace keeps the first rank of a pair, as TextIndex does
+    v.merges = TextIndex(StringArray.from_strings(meta[KEY + "merges"]))
 
 
 def _read_special_ids(v: Vocab, meta: dict) -> None:
@@ -243,13 +241,7 @@ def _autodetect_ids(v: Vocab) -> None:
 
 def _map_rank(v: Vocab) -> np.ndarray:
     """Position of each token id in the iteration order of llama.cpp's token_to_id map."""
-    joined = "".join(v.tokens)
-    cpts = as_cpts(joined)
-    escaped = (cpts >= 0xDC80) & (cpts <= 0xDCFF)  # surrogate escapes stand for one byte
-    nbytes = 1 + (cpts >= 0x80) + (cpts >= 0x800) + (cpts >= 0x10000) - 2 * escaped
-    starts = np.cumsum([0] + [len(t) for t in v.tokens[:-1]])
-    lens = np.add.reduceat(nbytes.astype(np.int64), starts)
-    order = stl.unordered_map_order(joined.encode("utf-8", "surrogateescape"), lens)
+    order = stl.unordered_map_order(v.tokens.blob, v.tokens.byte_lengths())
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
     return rank
@@ -265,7 +257,7 @@ def _mark_unused(v: Vocab) -> None:
 def _build_eog(v: Vocab) -> None:
     ids, attrs, text = v.ids, v.attrs, v.tokens
     eog = {ids[s] for s in ("fim_pad", "fim_rep", "fim_sep") if ids[s] != NULL}
-    for t in EOG_TEXTS & v.token_to_id.keys():
+    for t in sorted(t for t in EOG_TEXTS if t in v.token_to_id):
         eog.add(v.token_to_id[t])
         attrs[v.token_to_id[t]] |= ATTR_CONTROL
     for t in ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"):
@@ -287,7 +279,8 @@ def _build_eog(v: Vocab) -> None:
 def _special_cache(v: Vocab) -> list[int]:
     # cache_special_tokens: longest text first, equal lengths in std::sort's order
     ids = np.nonzero(v.attrs & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN))[0].tolist()
-    lengths = {i: len(v.tokens[i].encode("utf-8", "surrogateescape")) for i in ids}
+    nbytes = v.tokens.byte_lengths()
+    lengths = {i: int(nbytes[i]) for i in ids}
     return stl.std_sort(ids, lengths)
 
 

@@ -11,7 +11,7 @@ from .vocab import Vocab
 class WpmTokenizer:
     def __init__(self, vocab: Vocab):
         self.vocab = vocab
-        self.max_len = max(len(t.encode("utf-8", "surrogateescape")) for t in vocab.tokens)
+        self.max_len = int(vocab.tokens.byte_lengths().max())
 
     def tokenize(self, text: bytes) -> list[int]:
         out: list[int] = []
