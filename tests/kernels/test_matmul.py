@@ -28,6 +28,23 @@ def test_matmul_synthetic(name, n_tokens):
     assert_close(Y, reference(w, name, n), X)
 
 
+@pytest.mark.parametrize("name", ["F16", "BF16", "Q5_1"])
+@pytest.mark.parametrize("n", [67, 203, 512])
+def test_float_rows_every_few_token_count(name, n):
+    """The float-row kernels' passes of four, two and one token, with and without a tail past
+    the last full 8, 16 or 32 weights (a Q5_1 row is whole blocks: no tail)."""
+    if name == "Q5_1" and n % 32:
+        pytest.skip("a Q5_1 row is whole blocks of 32")
+    rows = 29
+    w = synth_blocks(name, rows, n)
+    ref = reference(w, name, n)
+    for n_tokens in range(1, 9):
+        X = np.random.default_rng(n_tokens).standard_normal((n_tokens, n)).astype(np.float32)
+        Y = np.empty((n_tokens, rows), np.float32)
+        mm.MULTI_KERNELS[GGMLType[name]](mm.weight_view(w, GGMLType[name]), X, Y, 2)
+        assert_close(Y, ref, X)
+
+
 def test_matmul_several_tiles(monkeypatch):
     """Rows spread over several scratch tiles, the last one partial."""
     monkeypatch.setattr(mm, "SCRATCH_BYTES", 64 * 512 * 4)  # 64-row tiles
