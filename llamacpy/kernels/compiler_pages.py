@@ -64,9 +64,19 @@ def release() -> int:
     for start, end in _ranges:
         if libc.madvise(start, end - start, MADV_DONTNEED) == 0:
             advised += end - start
-    if hasattr(libc, "malloc_trim"):  # glibc: what linking freed goes back too (~10 MiB)
-        libc.malloc_trim(0)
+    trim_heap()  # what linking freed goes back too (~10 MiB)
     return advised
+
+
+def trim_heap() -> None:
+    """Give the heap's free pages back to the OS (glibc's malloc_trim; elsewhere nothing).
+
+    glibc raises its mmap threshold to the largest block freed so far, so from the second
+    prompt on a prompt's buffers come from the heap and stay there when freed: after a Qwen3.5
+    stand-in's 512-token prompt, 714 MiB resident instead of 681. ~2 ms."""
+    libc = ctypes.CDLL(None)
+    if hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
 
 
 def jit_symbols() -> set | frozenset:

@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.elementwise import GELU_COEF_A, SQRT_2_OVER_PI, gelu_tanh_1d, silu_1d
+from ..kernels.elementwise import GELU_COEF_A, SQRT_2_OVER_PI, gated_1d, gelu_tanh_1d, silu_1d
 
 
-def silu(x: np.ndarray) -> np.ndarray:
-    """x * sigmoid(x) (ggml_silu)."""
-    return _elementwise(silu_1d, silu_reference, x)
+def silu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """x * sigmoid(x) (ggml_silu); into `out` (contiguous float32, x itself allowed) if given."""
+    return _elementwise(silu_1d, silu_reference, x, out)
+
+
+def silu_times(z: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """silu(z) * y, computed into z (contiguous float32 arrays of one shape): the same float
+    operations as silu(z) * y, without two more arrays of z's size."""
+    gated_1d(z.reshape(-1), np.ascontiguousarray(y, np.float32).reshape(-1), 0)
+    return z
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -26,13 +33,16 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 GATED_KINDS = {silu: 0, gelu_tanh: 1}
 
 
-def _elementwise(kernel, reference, x: np.ndarray) -> np.ndarray:
+def _elementwise(kernel, reference, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     if x.dtype != np.float32:
-        return reference(x)
+        if out is None:
+            return reference(x)
+        out[...] = reference(x)
+        return out
     flat = np.ascontiguousarray(x).reshape(-1)
-    out = np.empty_like(flat)
-    kernel(flat, out)
-    return out.reshape(x.shape)
+    dst = np.empty_like(flat) if out is None else out.reshape(-1)  # a view: out is contiguous
+    kernel(flat, dst)
+    return dst.reshape(x.shape)
 
 
 def silu_reference(x: np.ndarray) -> np.ndarray:

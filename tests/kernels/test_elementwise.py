@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llamacpy.ops.activations import gelu_tanh, gelu_tanh_reference, silu, silu_reference
+from llamacpy.ops.activations import (gelu_tanh, gelu_tanh_reference, silu, silu_reference,
+                                       silu_times)
 from llamacpy.ops.rope import (ROPE_NEOX, ROPE_NORM, RopeConfig, apply_rope, apply_rope_reference,
                                rope_cos_sin)
 
@@ -63,3 +64,15 @@ def test_gated_product_is_the_activation_times_up(name, fn, kind):
     assert np.array_equal(got, fn(g) * u)
     ref = exact(name, g)[0] * u.astype(np.float64)
     assert np.allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_silu_in_place_and_silu_times_match_the_out_of_place_forms():
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((7, 130)) * 6).astype(np.float32)
+    y = rng.standard_normal((7, 130)).astype(np.float32)
+    expected = silu(x)
+    assert np.allclose(expected, silu_reference(x), rtol=1e-5, atol=1e-6)
+    same = x.copy()
+    assert silu(same, out=same) is not None and np.array_equal(same, expected)  # in place
+    z = x.copy()
+    assert np.array_equal(silu_times(z, y), expected * y) and np.array_equal(z, expected * y)
