@@ -33,11 +33,16 @@ MAX_SNAPSHOTS = 8  # per sequence; the oldest goes first
 
 @dataclass
 class Snapshot:
-    """The recurrent state of every linear-attention layer after positions 0..pos-1."""
+    """The recurrent state of every linear-attention layer after positions 0..pos-1.
+
+    A `live` snapshot (a prompt chunk's end) has no ssm copy yet: its delta-rule state is the
+    sequence's own, which nothing changes before HybridCache copies it (`materialize`), so a
+    prompt's peak memory holds one state copy fewer."""
 
     pos: int
     conv: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> float32 [K - 1, C]
     ssm: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> float32 [H_v, d_v, d_k]
+    live: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -92,14 +97,26 @@ class HybridCache(KVCache):
         count once commit() confirms the ubatch."""
         plan = {}
         for s in segments:
+            self.materialize(s.seq)  # this ubatch changes the state a live snapshot stands for
             n = s.stop - s.start
             if self.rollback[s.seq]:
                 points = list(range(s.pos0 + 1, s.pos0 + n + 1))
             else:
                 points = sorted({p for p in (s.pos0 + n - SNAPSHOT_TAIL, s.pos0 + n)
                                  if n >= 2 and p > s.pos0})
-            plan[s.seq] = self.pending[s.seq] = [Snapshot(p) for p in points]
+            end, rollback = s.pos0 + n, self.rollback[s.seq]
+            plan[s.seq] = self.pending[s.seq] = [Snapshot(p, live=p == end and not rollback)
+                                                 for p in points]
         return plan
+
+    def materialize(self, seq: int) -> None:
+        """Copy the live state into `seq`'s live snapshot, before anything changes that state.
+        A live snapshot is always at n_past: every commit after it comes through
+        plan_snapshots, which calls this first."""
+        for snap in self.snapshots[seq]:
+            if snap.live:
+                snap.ssm = {il: self.ssm[il][seq].copy() for il in self.recurrent_layers}
+                snap.live = False
 
     def commit(self, seq: int, n_past: int) -> None:
         super().commit(seq, n_past)
@@ -137,6 +154,8 @@ class HybridCache(KVCache):
         super().clear(seq)
 
     def _restore(self, seq: int, snap: Snapshot) -> None:
+        if snap.live:  # at n_past: the state is already the snapshot's
+            return
         for il in self.recurrent_layers:
             self.conv[il][seq] = snap.conv[il]
             self.ssm[il][seq] = snap.ssm[il]

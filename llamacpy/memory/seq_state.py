@@ -34,7 +34,9 @@ def seq_nbytes(cache: KVCache, seq: int) -> int:
     out = sum(a[seq, :n].nbytes for a in cache.k + cache.v if a is not None)
     if isinstance(cache, HybridCache):
         out += sum(a[seq].nbytes for a in cache.conv + cache.ssm if a is not None)
+        live = sum(s.live for s in cache.snapshots[seq])  # copied when saved: count them too
         out += sum(s.nbytes for s in cache.snapshots[seq])
+        out += live * sum(a[seq].nbytes for a in cache.ssm if a is not None)
     return out
 
 
@@ -49,6 +51,7 @@ def save_seq(cache: KVCache, seq: int) -> SeqState:
     if isinstance(cache, HybridCache):
         state.conv = [None if a is None else a[seq].copy() for a in cache.conv]
         state.ssm = [None if a is None else a[seq].copy() for a in cache.ssm]
+        cache.materialize(seq)  # the state kept here must not depend on the cache's
         state.snapshots = list(cache.snapshots[seq])  # filled once, never written again
     return state
 

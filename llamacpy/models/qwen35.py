@@ -204,7 +204,7 @@ class GatedDeltaNet:
                 stop = s.stop if snap is None else s.start + snap.pos - s.pos0
                 if stop > start:
                     self._piece(q, k, v, g, beta, Segment(s.seq, start, stop, 0), states, out)
-                if snap is not None:
+                if snap is not None and not snap.live:  # a live one is the state itself
                     snap.ssm[self.il] = states[s.seq].copy()
                 start = stop
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from llamacpy.memory.batch import Batch
+from llamacpy.memory.seq_state import load_seq, save_seq
 from llamacpy.engine.context import Context
 from llamacpy.engine.sequence import Slot
 from llamacpy.format import open_gguf
@@ -137,6 +138,30 @@ def test_trim_restores_the_latest_snapshot(tiny):
     assert ctx.cache.trim(0, 10) == 0  # no snapshot that early: start again
     got = ctx.decode(Batch.from_tokens(tokens[:20], all_logits=True))
     assert np.abs(got - ref["logits"][:20]).max() <= TOL
+
+
+def test_prompt_end_snapshot_is_copied_when_the_state_moves(tiny):
+    """The snapshot at a prompt chunk's end stands for the live state until a later decode or a
+    save copies it; restored, it gives the state at its position."""
+    name, model, tokens, ref = tiny
+    ctx = Context(model, n_ctx=N_CTX, type_k="f32", type_v="f32")
+    cache = ctx.cache
+    ctx.decode(Batch.from_tokens(tokens[:50]))
+    tail, end = cache.snapshots[0][-2:]
+    assert (tail.pos, end.pos) == (46, 50) and end.live and not end.ssm and not tail.live
+    at_50 = {il: cache.ssm[il][0].copy() for il in cache.recurrent_layers}
+    state = save_seq(cache, 0)  # a save copies it: the saved state must not follow the cache
+    assert not end.live and all(np.array_equal(end.ssm[il], at_50[il]) for il in at_50)
+    ctx.decode(Batch.from_tokens(tokens[50:53], pos0=50))
+    assert cache.snapshots[0][-1].pos == 53 and cache.snapshots[0][-1].live
+    ctx.decode(Batch.from_tokens(tokens[53:54], pos0=53))  # the state moves: 53's is copied
+    assert not cache.snapshots[0][-1].live
+    assert cache.trim(0, 53) == 53
+    got = ctx.decode(Batch.from_tokens(tokens[53:], pos0=53, all_logits=True))
+    assert np.abs(got - ref["logits"][53:]).max() <= TOL
+    load_seq(cache, 0, state)
+    got = ctx.decode(Batch.from_tokens(tokens[50:], pos0=50, all_logits=True))
+    assert np.abs(got - ref["logits"][50:]).max() <= TOL
 
 
 def test_snapshot_inside_the_conv_window(tiny):
