@@ -1,5 +1,5 @@
 """`TextIndex`: text -> index over a `StringArray`, as `dict(zip(texts, range(n)))` would be
-with the first index kept for a repeated text, in ~16 bytes per entry instead of ~60.
+with the first index kept for a repeated text, in ~20 bytes per entry instead of ~60.
 
 Layout: a table of 2^k >= 2n buckets, each a run of entry ids (sorted by bucket, ids ascending
 within one) with the text's str hash beside each. The hash is Python's own, so a lookup costs
