@@ -11,9 +11,11 @@ tanh-GELU have.
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 from numba import njit
 
-from .simd import f32x8_add, f32x8_div, f32x8_exp, f32x8_mul, f32x8_splat, load_f32, store_f32
+from .simd import (exp_ir, f32x8_add, f32x8_div, f32x8_exp, f32x8_mul, f32x8_splat, load_f32,
+                   store_f32)
 from .threading_layer import NOGIL
 
 SQRT_2_OVER_PI = np.float32(0.7978845608028654)
@@ -54,6 +56,21 @@ def logistic_times8(v, k):
         z = f32x8_mul(f32x8_mul(v, 2 * SQRT_2_OVER_PI),
                       f32x8_add(one, f32x8_mul(f32x8_mul(v, v), GELU_COEF_A)))
     return f32x8_div(v, f32x8_add(one, f32x8_exp(f32x8_mul(z, np.float32(-1)))))
+
+
+def logistic_times_ir(builder, v, gelu):
+    """`logistic_times8` in LLVM IR on a float vector of any width, the same float operations
+    (for the integer GEMM's stores): `gelu` an i1, true for tanh-GELU, false for SiLU."""
+    vt = v.type
+
+    def const(c):
+        return ir.Constant(vt, [float(c)] * vt.count)
+
+    one = const(1)
+    z_gelu = builder.fmul(builder.fmul(v, const(2 * SQRT_2_OVER_PI)),
+                          builder.fadd(one, builder.fmul(builder.fmul(v, v), const(GELU_COEF_A))))
+    z = builder.select(gelu, z_gelu, v)
+    return builder.fdiv(v, builder.fadd(one, exp_ir(builder, builder.fmul(z, const(-1)))))
 
 
 @njit(inline="always")

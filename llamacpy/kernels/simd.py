@@ -364,19 +364,26 @@ def store_rounded_i16(typingctx, a, r, c, v):
     return types.none(a, r, c, v), codegen
 
 
-@intrinsic
-def f32x8_abs(typingctx, a):
-    """|a| lane-wise."""
-    if a != F32x8:
-        return None
+def _f32_llvm_unary(name: str, doc: str):
+    """An F32x8 intrinsic calling LLVM's lane-wise `llvm.<name>.v8f32`."""
+    def typer(typingctx, a):
+        if a != F32x8:
+            return None
 
-    def codegen(context, builder, sig, args):
-        vt = _vt(F32x8)
-        fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt]),
-                                              "llvm.fabs.v8f32")
-        return builder.call(fabs, [args[0]])
+        def codegen(context, builder, sig, args):
+            vt = _vt(F32x8)
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt]),
+                                                f"llvm.{name}.v8f32")
+            return builder.call(fn, [args[0]])
 
-    return F32x8(a), codegen
+        return F32x8(a), codegen
+
+    typer.__doc__ = doc
+    return intrinsic(typer)
+
+
+f32x8_rint = _f32_llvm_unary("rint", "Each lane rounded to the nearest integer, ties to even.")
+f32x8_abs = _f32_llvm_unary("fabs", "|a| lane-wise.")
 
 
 @intrinsic
@@ -923,6 +930,33 @@ _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
              1.6666665459e-1, 5.0000001201e-1)
 
 
+def exp_ir(builder, v):
+    """Cephes expf of each lane of a float vector `v` of any width (f32x8_exp's operations)."""
+    vt = v.type
+    it = ir.VectorType(I32, vt.count)
+
+    def const(c):
+        return ir.Constant(vt, [float(c)] * vt.count)
+
+    rint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt]),
+                                          f"llvm.rint.v{vt.count}f32")
+    lo, hi = const(-87.3), const(88.3)
+    clamped = builder.select(builder.fcmp_ordered("<", v, lo), lo, v)
+    clamped = builder.select(builder.fcmp_ordered(">", clamped, hi), hi, clamped)
+    n = builder.call(rint, [builder.fmul(clamped, const(1.44269504088896341))])
+    r = _fma(builder, n, const(-0.693359375), clamped)
+    r = _fma(builder, n, const(2.12194440e-4), r)
+    p = const(_EXP_POLY[0])
+    for c in _EXP_POLY[1:]:
+        p = _fma(builder, p, r, const(c))
+    p = _fma(builder, p, builder.fmul(r, r), builder.fadd(r, const(1.0)))
+    bits = builder.shl(builder.add(builder.fptosi(n, it), ir.Constant(it, [127] * vt.count)),
+                       ir.Constant(it, [23] * vt.count))
+    y = builder.fmul(p, builder.bitcast(bits, vt))
+    y = builder.select(builder.fcmp_ordered("<", v, lo), const(0.0), y)
+    return builder.select(builder.fcmp_ordered(">", v, hi), const(float("inf")), y)
+
+
 @intrinsic
 def f32x8_exp(typingctx, x):
     """exp of each lane (Cephes expf). Inputs below -87.3 give 0 and above 88.3 inf (exact from
@@ -931,29 +965,7 @@ def f32x8_exp(typingctx, x):
         return None
 
     def codegen(context, builder, sig, args):
-        vt, it = _vt(F32x8), ir.VectorType(I32, 8)
-
-        def const(v):
-            return ir.Constant(vt, [float(v)] * 8)
-
-        v = args[0]
-        rint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt]),
-                                              "llvm.rint.v8f32")
-        lo, hi = const(-87.3), const(88.3)
-        clamped = builder.select(builder.fcmp_ordered("<", v, lo), lo, v)
-        clamped = builder.select(builder.fcmp_ordered(">", clamped, hi), hi, clamped)
-        n = builder.call(rint, [builder.fmul(clamped, const(1.44269504088896341))])
-        r = _fma(builder, n, const(-0.693359375), clamped)
-        r = _fma(builder, n, const(2.12194440e-4), r)
-        p = const(_EXP_POLY[0])
-        for c in _EXP_POLY[1:]:
-            p = _fma(builder, p, r, const(c))
-        p = _fma(builder, p, builder.fmul(r, r), builder.fadd(r, const(1.0)))
-        bits = builder.shl(builder.add(builder.fptosi(n, it), ir.Constant(it, [127] * 8)),
-                           ir.Constant(it, [23] * 8))
-        y = builder.fmul(p, builder.bitcast(bits, vt))
-        y = builder.select(builder.fcmp_ordered("<", v, lo), const(0.0), y)
-        return builder.select(builder.fcmp_ordered(">", v, hi), const(float("inf")), y)
+        return exp_ir(builder, args[0])
 
     return F32x8(x), codegen
 

@@ -47,10 +47,11 @@ from numba.extending import intrinsic
 
 from ..format.constants import GGMLType
 from .dequant import IQ4_NL_GRID, bits_to_f32, f16_at, k4_scale_min, ld2, st2
-from .elementwise import logistic_times1, logistic_times8
+from .elementwise import logistic_times1, logistic_times8, logistic_times_ir
 from .matvec import QMAX
-from .simd import (HAS_AVX2, HAS_VNNI, f32x8_abs, f32x8_hmax, f32x8_max, f32x8_mul,
-                   f32x8_splat, load_row8, load_u32, store_rounded_i16, store_row8)
+from .simd import (HAS_AVX2, HAS_VNNI, f32x8_abs, f32x8_add, f32x8_hmax, f32x8_max, f32x8_mul,
+                   f32x8_rint, f32x8_splat, f32x8_sum, f32x8_zero, load_row8,
+                   store_rounded_i16, store_row8)
 from .threading_layer import NOGIL
 
 # LLAMACPY_VNNI=0 turns the path off (to compare it with dequantize + sgemm)
@@ -62,6 +63,7 @@ ENABLED = AVAILABLE and os.environ.get("LLAMACPY_VNNI", "1") != "0"
 # and vpmaddwd's product)
 STRIPS, TOKENS, LANES = (2, 6, 16) if HAS_VNNI else (2, 3, 8)
 KC = 512  # k per chunk: 2 strips x 512 x 2 bytes = 32 KiB of weights in L1
+DIRECT_STORES = os.environ.get("LLAMACPY_VNNI_DIRECT", "1") != "0"  # 0: through Y (to compare)
 PANEL_BYTES = 4 << 20  # int16 weights unpacked per panel of rows (larger: no faster, more RSS)
 
 I32, F32 = ir.IntType(32), ir.FloatType()
@@ -102,23 +104,32 @@ def _dot_ir(builder):
 
 
 def _micro_kernel_factory(nsub: int):
-    """The intrinsic micro(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, rp):
-    Y[sp, TOKENS tg + t, LANES g + lane] (Y [strip pair][rp tokens][STRIPS LANES], flat) gets
-    the sum over blocks b0 .. b0 + nblk of strip pair sp with token group tg: stored for the
-    first K chunk (b0 = 0), added for the others. The k loop walks one pointer into the strip
+    """The intrinsic micro(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, rp,
+    OUT, r0, n_real, mode): Y[sp, TOKENS tg + t, LANES g + lane] (Y [strip pair][rp tokens]
+    [STRIPS LANES], flat) gets the sum over blocks b0 .. b0 + nblk of strip pair sp with token
+    group tg: stored for the first K chunk (b0 = 0), added for the others. With `mode` >= -1
+    the last K chunk writes the whole sum to OUT[token, r0 + row] instead (tokens < n_real;
+    mode -1 as it is, 0 / 1 as act(OUT) * sum, the gated FFN's SiLU / tanh-GELU): no pass over
+    Y afterwards, and the values go out while they are in registers. The k loop walks one pointer into the strip
     pair's weights and one into the token group's activations. `nsub` is the number of min
     terms per block (0: none; 1: Q4_1's, one per block; 8: the folded Q4_K's, one per 32 of its
     blocks of 256)."""
 
-    def typer(typingctx, Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, rp):
-        sig = types.void(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, rp)
+    def typer(typingctx, Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, rp,
+              OUT, r0, n_real, mode):
+        sig = types.void(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, rp,
+                         OUT, r0, n_real, mode)
 
         def codegen(context, builder, sig, args):
             wp, ws, wm, xq, xs, xsum, y = [context.make_array(aty)(context, builder, a).data
                                            for aty, a in zip(sig.args[:7], args[:7])]
             i64 = ir.IntType(64)
             sp, tg, b0, nblk, spb, half, nb, rp = [
-                context.cast(builder, v, t, types.int64) for v, t in zip(args[7:], sig.args[7:])]
+                context.cast(builder, v, t, types.int64)
+                for v, t in zip(args[7:15], sig.args[7:15])]
+            out_ary = context.make_array(sig.args[15])(context, builder, args[15])
+            r0, n_real, mode = [context.cast(builder, v, t, types.int64)
+                                for v, t in zip(args[16:], sig.args[16:])]
             c = lambda v: ir.Constant(i64, v)  # noqa: E731
             dot = _dot_ir(builder)
             fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VF, [VF] * 3),
@@ -211,19 +222,55 @@ def _micro_kernel_factory(nsub: int):
 
             builder.position_at_end(done)
             first = builder.icmp_signed("==", b0, c(0))
+            direct = builder.and_(builder.icmp_signed(">=", mode, c(-1)),
+                                  builder.icmp_signed("==", builder.add(b0, nblk), nb))
+            to_y = builder.append_basic_block("to_y")
+            to_out = builder.append_basic_block("to_out")
+            end = builder.append_basic_block("end")
+            builder.cbranch(direct, to_out, to_y)
+
+            def y_ptr(g, t):
+                # Y [strip pair][token][2][16] (rp: the padded token count): one micro-kernel's
+                # 12 vectors are consecutive, so the pass over the tokens streams
+                token = builder.add(builder.mul(tg, c(TOKENS)), c(t))
+                row = builder.add(builder.mul(sp, rp), token)
+                at = builder.mul(builder.add(builder.mul(row, c(STRIPS)), c(g)), c(LANES))
+                return builder.bitcast(builder.gep(y, [at]), VF.as_pointer())
+
+            def total(g, t):  # the first K chunk's sum as it is, the others' added to Y's
+                acc = out[g * TOKENS + t]
+                return builder.select(first, acc, builder.fadd(builder.load(y_ptr(g, t), align=4),
+                                                               acc))
+
+            builder.position_at_end(to_y)
             for g in range(STRIPS):
                 for t in range(TOKENS):
-                    # Y [strip pair][token][2][16] (rp: the padded token count): one micro-kernel's
-                    # 12 vectors are consecutive, so the pass over the tokens streams
-                    token = builder.add(builder.mul(tg, c(TOKENS)), c(t))
-                    row = builder.add(builder.mul(sp, rp), token)
-                    at = builder.mul(builder.add(builder.mul(row, c(STRIPS)), c(g)), c(LANES))
-                    ptr = builder.bitcast(builder.gep(y, [at]), VF.as_pointer())
-                    old = builder.load(ptr, align=4)
-                    # the first K chunk stores (Y needs no zeroing), the others add
-                    total = builder.select(first, out[g * TOKENS + t],
-                                           builder.fadd(old, out[g * TOKENS + t]))
-                    builder.store(total, ptr, align=4)
+                    builder.store(total(g, t), y_ptr(g, t), align=4)
+            builder.branch(end)
+
+            builder.position_at_end(to_out)
+            (row_stride, _) = cgutils.unpack_tuple(builder, out_ary.strides, 2)
+            row_stride = builder.sdiv(row_stride, c(4))  # float32 items
+            gated = builder.icmp_signed(">=", mode, c(0))
+            gelu = builder.icmp_signed("==", mode, c(1))
+            for t in range(TOKENS):
+                token = builder.add(builder.mul(tg, c(TOKENS)), c(t))
+                with builder.if_then(builder.icmp_signed("<", token, n_real)):
+                    for g in range(STRIPS):
+                        col = builder.add(r0, builder.add(builder.mul(sp, c(STRIPS * LANES)),
+                                                          c(LANES * g)))
+                        at = builder.add(builder.mul(token, row_stride), col)
+                        ptr = builder.bitcast(builder.gep(out_ary.data, [at]), VF.as_pointer())
+                        value = total(g, t)
+                        with builder.if_else(gated) as (then, otherwise):
+                            with then:
+                                act = logistic_times_ir(builder, builder.load(ptr, align=4),
+                                                        gelu)
+                                builder.store(builder.fmul(act, value), ptr, align=4)
+                            with otherwise:
+                                builder.store(value, ptr, align=4)
+            builder.branch(end)
+            builder.position_at_end(end)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -237,10 +284,12 @@ _micro_mins8 = _micro_kernel_factory(8)
 
 
 @njit(inline="always")
-def _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, nsub):
-    """Y [strip pair][n_tok][32] (flat) = the panel's strips x the activations. One parallel
-    region: each of `parts` threads takes a run of strip pairs and walks K in chunks over it,
-    every token group passing over a chunk while it is in L1."""
+def _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, nsub,
+          out, r0, n_real, mode):
+    """Y [strip pair][n_tok][32] (flat) = the panel's strips x the activations (written to out
+    by the last K chunk where mode >= -1, see the micro-kernel). One parallel region: each of
+    `parts` threads takes a run of strip pairs and walks K in chunks over it, every token group
+    passing over a chunk while it is in L1."""
     pairs = n_strips // STRIPS
     for part in prange(parts):
         lo, hi = pairs * part // parts, pairs * (part + 1) // parts
@@ -250,32 +299,36 @@ def _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb
                 for tg in range(n_tok // TOKENS):
                     if nsub == 0:
                         _micro(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb,
-                               n_tok)
+                               n_tok, out, r0, n_real, mode)
                     elif nsub == 1:
                         _micro_mins(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half,
-                                    nb, n_tok)
+                                    nb, n_tok, out, r0, n_real, mode)
                     else:
                         _micro_mins8(Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half,
-                                     nb, n_tok)
+                                     nb, n_tok, out, r0, n_real, mode)
 
 
 # Top-level functions, not closures made by a factory: numba's cache finds these in a new
 # process (a closure compiled again each time: ~2 s and ~30 MB of LLVM memory per kernel).
 @njit(parallel=True, cache=True, nogil=NOGIL)
-def _gemm_panel(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts):
-    _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, 0)
+def _gemm_panel(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts,
+                out, r0, n_real, mode):
+    _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, 0,
+          out, r0, n_real, mode)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
 def _gemm_panel_mins(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb,
-                     parts):
-    _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, 1)
+                     parts, out, r0, n_real, mode):
+    _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, 1,
+          out, r0, n_real, mode)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL)
 def _gemm_panel_mins8(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb,
-                      parts):
-    _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, 8)
+                      parts, out, r0, n_real, mode):
+    _gemm(Wp, WS, WM, Xq, XS, XSUM, Y, n_strips, n_tok, kc_blocks, spb, half, nb, parts, 8,
+          out, r0, n_real, mode)
 
 
 GEMM_PANELS = {0: _gemm_panel, 1: _gemm_panel_mins, 8: _gemm_panel_mins8}  # by min terms / block
@@ -284,15 +337,12 @@ GEMM_PANELS = {0: _gemm_panel, 1: _gemm_panel_mins, 8: _gemm_panel_mins8}  # by 
 # ----------------------------------------------------------------------------- activations
 
 
-ROUNDING = np.float32(1.5 * 2 ** 23)  # (v + R) - R rounds |v| < 2^22 to nearest even, as rint
-
-
 @njit(parallel=True, cache=True, nogil=NOGIL)
-def _quantize_activations(X, XB, block, qmax, sub, Xq, XS, XSUM):
-    """Xq = round(X / xs), xs = max |X| / qmax per block of `block`, so |Xq| <= qmax; XSUM =
+def _quantize_activations(X, block, qmax, sub, Xq, XS, XSUM):
+    """Xq = rint(X / xs), xs = max |X| / qmax per block of `block`, so |Xq| <= qmax; XSUM =
     xs * sum(Xq) per `sub` values (the min terms then see the same quantized activations as the
-    products; sub = block for Q4_1, 32 for the folded Q4_K). XB is X's bits (uint32): the
-    block's max |X| as an integer max of its bits vectorises, a float max is a serial chain.
+    products; sub = block for Q4_1, 32 for the folded Q4_K). Eight values at a time (a block is
+    a multiple of 32): the rounded floats' sums are exact integers (|sum| < 2^24).
     Layouts by groups of 6 tokens: Xq [tg][k pair][6] (int32: one int16 pair each),
     XS [tg][block][6], XSUM [tg][sub][6]; the last group's padding tokens are all zero."""
     n_tok, n = X.shape
@@ -301,7 +351,6 @@ def _quantize_activations(X, XB, block, qmax, sub, Xq, XS, XSUM):
     for tg in prange((n_tok + TOKENS - 1) // TOKENS):
         rows = np.zeros((TOKENS, block), np.int16)  # one block's quants in order (in L1)
         pairs = rows.view(np.int32)  # [token, k pair of the block]
-        amax = np.empty(1, np.uint32)
         real = min(TOKENS, n_tok - TOKENS * tg)
         for tl in range(real, TOKENS):
             for b in range(nb):
@@ -309,23 +358,23 @@ def _quantize_activations(X, XB, block, qmax, sub, Xq, XS, XSUM):
             for b in range(ns):
                 XSUM[(tg * ns + b) * TOKENS + tl] = 0
         for b in range(nb):
+            o = block * b
             for tl in range(real):
                 t = TOKENS * tg + tl
-                bits = np.uint32(0)
-                for i in range(block * b, block * b + block):
-                    bits = max(bits, ld2(XB, t, i) & np.uint32(0x7FFFFFFF))
-                amax[0] = bits
-                top = amax.view(np.float32)[0]
-                inv = qmax / top if top > 0 else np.float32(0)
+                big = f32x8_abs(load_row8(X, t, o))
+                for i in range(o + 8, o + block, 8):
+                    big = f32x8_max(big, f32x8_abs(load_row8(X, t, i)))
+                top = f32x8_hmax(big)
+                inv = f32x8_splat(qmax / top if top > 0 else np.float32(0))
                 xs = top / qmax
                 XS[(tg * nb + b) * TOKENS + tl] = xs
                 for u in range(per):
-                    total = 0  # integer sums vectorise, float ones are a serial chain
-                    for i in range(sub * u, sub * u + sub):
-                        q = np.int32((ld2(X, t, block * b + i) * inv + ROUNDING) - ROUNDING)
-                        st2(rows, tl, i, np.int16(q))
-                        total += q
-                    XSUM[(tg * ns + per * b + u) * TOKENS + tl] = np.float32(total) * xs
+                    total = f32x8_zero()
+                    for i in range(sub * u, sub * u + sub, 8):
+                        q = f32x8_rint(f32x8_mul(load_row8(X, t, o + i), inv))
+                        store_rounded_i16(rows, tl, i, q)
+                        total = f32x8_add(total, q)
+                    XSUM[(tg * ns + per * b + u) * TOKENS + tl] = f32x8_sum(total) * xs
             at = (tg * half + block // 2 * b) * TOKENS
             for p in range(block // 2):
                 for tl in range(TOKENS):
@@ -386,47 +435,99 @@ def _ints_q6_k(w, r, q, sc, mn, lane):
                     q[lane, at + 96] = (np.int16((c >> 4) | ((hb & 192) >> 2)) - 32) * s3
 
 
+def _block_ints_factory(kind: str):
+    """The intrinsic ints(w, r, o, q, lane, at): q[lane, at:at + 32] = the int16 weights of the
+    32-weight block of `kind` at byte o of row r of w (past its fp16 scale, and Q4_1's min),
+    in order, as 32-byte vector operations: numba's own integer arithmetic runs in 64-bit lanes
+    (every int promotes to intp), four times the work of these 8- and 16-bit ones."""
+    i8, i16 = ir.IntType(8), ir.IntType(16)
+    v16b, v32b = ir.VectorType(i8, 16), ir.VectorType(i8, 32)
+    v16w, v32w = ir.VectorType(i16, 16), ir.VectorType(i16, 32)
+
+    def typer(typingctx, w, r, o, q, lane, at):
+        sig = types.void(w, r, o, q, lane, at)
+
+        def codegen(context, builder, sig, args):
+            src = cgutils.get_item_pointer(
+                context, builder, sig.args[0], context.make_array(sig.args[0])(
+                    context, builder, args[0]),
+                [context.cast(builder, args[i], sig.args[i], types.intp) for i in (1, 2)],
+                wraparound=False)
+            dst = cgutils.get_item_pointer(
+                context, builder, sig.args[3], context.make_array(sig.args[3])(
+                    context, builder, args[3]),
+                [context.cast(builder, args[i], sig.args[i], types.intp) for i in (4, 5)],
+                wraparound=False)
+
+            def load(offset, vt):
+                ptr = builder.gep(src, [ir.Constant(ir.IntType(64), offset)])
+                return builder.load(builder.bitcast(ptr, vt.as_pointer()), align=1)
+
+            def splat16(value):
+                return ir.Constant(v16w, [value] * 16)
+
+            if kind == "q8_0":
+                ints = builder.sext(load(0, v32b), v32w)
+            else:
+                nib = builder.zext(load({"q4_1": 2, "q5_0": 4}.get(kind, 0), v16b), v16w)
+                lo = builder.and_(nib, splat16(15))
+                hi = builder.lshr(nib, splat16(4))
+                if kind == "q5_0":  # bit l of qh is the fifth bit of weight l
+                    v16d = ir.VectorType(I32, 16)
+                    qh = builder.load(builder.bitcast(src, I32.as_pointer()), align=1)
+                    qhv = _splat(builder, qh, v16d)
+
+                    def fifth(first):
+                        bits = builder.lshr(qhv, ir.Constant(v16d, list(range(first, first + 16))))
+                        bits = builder.trunc(builder.and_(bits, ir.Constant(v16d, [1] * 16)), v16w)
+                        return builder.shl(bits, splat16(4))
+
+                    lo, hi = builder.or_(lo, fifth(0)), builder.or_(hi, fifth(16))
+                ints = builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(I32, 32),
+                                                                  list(range(32))))
+                offset = {"q4_0": 8, "q5_0": 16, "q4_1": 0}[kind]
+                if offset:
+                    ints = builder.sub(ints, ir.Constant(v32w, [offset] * 32))
+            builder.store(ints, builder.bitcast(dst, v32w.as_pointer()), align=2)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return intrinsic(typer)
+
+
+_block_q8_0 = _block_ints_factory("q8_0")
+_block_q5_0 = _block_ints_factory("q5_0")
+_block_q4_0 = _block_ints_factory("q4_0")
+_block_q4_1 = _block_ints_factory("q4_1")
+
+
 @njit(inline="always")
 def _ints_q8_0(w, r, q, sc, mn, lane):
     for b in range(w.shape[1] // 34):
-        o = 34 * b
-        sc[lane, b] = f16_at(w, r, o)
-        for l in range(32):
-            q[lane, 32 * b + l] = np.int16(np.int8(ld2(w, r, o + 2 + l)))
+        sc[lane, b] = f16_at(w, r, 34 * b)
+        _block_q8_0(w, r, 34 * b + 2, q, lane, 32 * b)
 
 
 @njit(inline="always")
 def _ints_q5_0(w, r, q, sc, mn, lane):
-    for b in range(w.shape[1] // 22):
-        o = 22 * b
-        sc[lane, b] = f16_at(w, r, o)
-        qh = load_u32(w, r, o + 2)
-        for l in range(16):
-            v = ld2(w, r, o + 6 + l)
-            q[lane, 32 * b + l] = np.int16((v & 15) | (((qh >> l) & 1) << 4)) - 16
-            q[lane, 32 * b + 16 + l] = np.int16((v >> 4) | (((qh >> (l + 16)) & 1) << 4)) - 16
+    for b in range(w.shape[1] // 22):  # fp16 d, 4 bytes of fifth bits, 16 of nibbles
+        sc[lane, b] = f16_at(w, r, 22 * b)
+        _block_q5_0(w, r, 22 * b + 2, q, lane, 32 * b)
 
 
 @njit(inline="always")
 def _ints_q4_0(w, r, q, sc, mn, lane):
     for b in range(w.shape[1] // 18):
-        o = 18 * b
-        sc[lane, b] = f16_at(w, r, o)
-        for l in range(16):
-            v = ld2(w, r, o + 2 + l)
-            q[lane, 32 * b + l] = np.int16(v & 15) - 8
-            q[lane, 32 * b + 16 + l] = np.int16(v >> 4) - 8
+        sc[lane, b] = f16_at(w, r, 18 * b)
+        _block_q4_0(w, r, 18 * b + 2, q, lane, 32 * b)
 
 
 @njit(inline="always")
 def _ints_q4_1(w, r, q, sc, mn, lane):
-    for b in range(w.shape[1] // 20):
-        o = 20 * b
-        sc[lane, b], mn[lane, b] = f16_at(w, r, o), -f16_at(w, r, o + 2)  # w = d q + m
-        for l in range(16):
-            v = ld2(w, r, o + 4 + l)
-            q[lane, 32 * b + l] = np.int16(v & 15)
-            q[lane, 32 * b + 16 + l] = np.int16(v >> 4)
+    for b in range(w.shape[1] // 20):  # w = d q + m
+        sc[lane, b], mn[lane, b] = f16_at(w, r, 20 * b), -f16_at(w, r, 20 * b + 2)
+        _block_q4_1(w, r, 20 * b + 2, q, lane, 32 * b)
 
 
 @njit(inline="always")
@@ -661,8 +762,8 @@ def vnni_matmul(w: np.ndarray, ggml_type: GGMLType, X: np.ndarray, out: np.ndarr
     XS = _scratch("XS", t_pad * nb, np.float32)
     XSUM = _scratch("XSUM", t_pad * max(nm, nb), np.float32)
     X = np.ascontiguousarray(X)
-    _timed("quantize", _quantize_activations, X, X.view(np.uint32), block, u.qmax,
-           block // max(nsub, 1), Xq32, XS, XSUM)
+    _timed("quantize", _quantize_activations, X, block, u.qmax, block // max(nsub, 1), Xq32, XS,
+           XSUM)
     if ggml_type in FLOAT_TYPES:
         w = w.view(np.uint16)
     strip_rows = STRIPS * LANES
@@ -674,13 +775,20 @@ def vnni_matmul(w: np.ndarray, ggml_type: GGMLType, X: np.ndarray, out: np.ndarr
     WM = _scratch("WM", n_strips * max(nm, 1) * LANES, np.float32)
     Y = _scratch("Y", panel * t_pad, np.float32).reshape(panel // strip_rows, t_pad, strip_rows)
     gemm = GEMM_PANELS[nsub]
+    # whole strips write straight to out from the micro-kernel (every row count of the catalogue's
+    # models is a multiple of 32); a partial strip's rows go through Y and a store pass
+    whole = rows % strip_rows == 0 and out.strides[1] == 4
+    mode = (gated if gated >= 0 else -1) if whole and DIRECT_STORES else -2
     kc_blocks = max(1, KC // block)
     for r0 in range(0, rows, panel):
         r1 = min(rows, r0 + panel)
         strips = -(-(r1 - r0) // strip_rows) * STRIPS
         _timed("unpack", u.pack, w, r0, r1 - r0, Wp, WS, WM, half, nb, nm)
         _timed("gemm", gemm, Wp, WS, WM, Xq32, XS, XSUM, Y.reshape(-1), strips, t_pad, kc_blocks,
-               block // 2, half, nb, max(1, min(strips // STRIPS, numba.get_num_threads())))
+               block // 2, half, nb, max(1, min(strips // STRIPS, numba.get_num_threads())),
+               out, r0, n_tok, mode)
+        if mode >= -1:
+            continue  # the last K chunk wrote out
         if gated < 0:
             _timed("store", _store_panel, Y, out, r0, r1 - r0, n_tok)
         else:

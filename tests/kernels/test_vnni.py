@@ -110,13 +110,46 @@ def test_types_and_tile_edges(name, rows, n_tok):
 
 
 @pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "Q8_0"])
-def test_rows_longer_than_a_k_chunk(name):
-    _run(name, 40, 3 * vnni.KC + 256, 13)  # three full chunks and a partial one
+@pytest.mark.parametrize("rows", [40, 64])  # through Y and a store pass; whole strips, direct
+def test_rows_longer_than_a_k_chunk(name, rows):
+    _run(name, rows, 3 * vnni.KC + 256, 13)  # three full chunks and a partial one
 
 
-def test_several_panels_the_last_partial(monkeypatch):
+@pytest.mark.parametrize("rows", [150, 160])
+def test_several_panels_the_last_partial(monkeypatch, rows):
     monkeypatch.setattr(vnni, "PANEL_BYTES", 2 * 512 * 64)  # 64-row panels
-    _run("Q4_K", 150, 512, 9)
+    _run("Q4_K", rows, 512, 9)
+
+
+@pytest.mark.parametrize("name", ["Q4_K", "Q5_0", "Q6_K"])
+@pytest.mark.parametrize("gated", [-1, 0, 1])
+def test_direct_stores_are_the_store_pass_bit_for_bit(monkeypatch, name, gated):
+    """Whole strips are written to out by the micro-kernel's last K chunk (with the gated FFN's
+    activation applied there): the same bits as the pass over Y with elementwise's kernels, over
+    several K chunks and panels and a token count off the 6-token tile."""
+    monkeypatch.setattr(vnni, "PANEL_BYTES", 2 * 2048 * 64)  # 64-row panels
+    w = synth_blocks(name, 128, 2048, seed=9)
+    X = np.random.default_rng(10).standard_normal((23, 2048)).astype(np.float32)
+    gate = np.random.default_rng(11).standard_normal((23, 128)).astype(np.float32) * 4
+    got = {}
+    for direct in (True, False):
+        monkeypatch.setattr(vnni, "DIRECT_STORES", direct)
+        got[direct] = gate.copy() if gated >= 0 else np.full((23, 128), np.nan, np.float32)
+        vnni.vnni_matmul(w, GGMLType[name], X, got[direct], gated)
+    assert np.array_equal(got[True], got[False])
+    if gated < 0:
+        check(got[True], w, name, X)
+
+
+def test_direct_stores_need_unit_column_stride():
+    """A column-strided out (a view) takes the store pass: the micro-kernel writes 16 floats in
+    a row."""
+    w = synth_blocks("Q8_0", 64, 512, seed=12)
+    X = np.random.default_rng(13).standard_normal((7, 512)).astype(np.float32)
+    wide = np.full((7, 128), np.nan, np.float32)
+    vnni.vnni_matmul(w, GGMLType.Q8_0, X, wide[:, ::2])
+    check(wide[:, ::2], w, "Q8_0", X)
+    assert np.isnan(wide[:, 1::2]).all()
 
 
 @pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "Q8_0"])
@@ -193,7 +226,7 @@ def test_float_matrices_take_this_path_only_with_vnni(name):
 
 @pytest.mark.parametrize("name", ["Q4_K", "Q8_0", "Q5_0"])
 @pytest.mark.parametrize("kind", [0, 1])
-@pytest.mark.parametrize("rows", [88, 77])
+@pytest.mark.parametrize("rows", [96, 88, 77])  # direct; the store pass's 8-lane and 1-lane
 def test_gated_store_is_the_activation_times_the_product(name, kind, rows):
     """With `gated`, the stores write act(gate) * (X @ W^T) into the gate array: what the plain
     GEMM followed by elementwise.gated_1d gives, bit for bit when rows are a multiple of 8 (both
