@@ -32,7 +32,9 @@ def test_matmul_synthetic(name, n_tokens):
 @pytest.mark.parametrize("n", [67, 203, 512])
 def test_float_rows_every_few_token_count(name, n):
     """The float-row kernels' passes of four, two and one token, with and without a tail past
-    the last full 8, 16 or 32 weights (a Q5_1 row is whole blocks: no tail)."""
+    the last full 8, 16 or 32 weights (a Q5_1 row is whole blocks: no tail). F16 and BF16 rows
+    of whole vectors (512) take kernels/float_tiles.py: every token count 1 to 4 after whole
+    groups of 4, and row groups cut short at each thread's end (29 rows in two parts)."""
     if name == "Q5_1" and n % 32:
         pytest.skip("a Q5_1 row is whole blocks of 32")
     rows = 29
@@ -43,6 +45,17 @@ def test_float_rows_every_few_token_count(name, n):
         Y = np.empty((n_tokens, rows), np.float32)
         mm.MULTI_KERNELS[GGMLType[name]](mm.weight_view(w, GGMLType[name]), X, Y, 2)
         assert_close(Y, ref, X)
+
+
+@pytest.mark.parametrize("name", ["F16", "BF16"])
+def test_float_tiles_leave_strided_outputs_to_float_rows(name):
+    """A column-strided Y (a view) takes the float rows: the tiles store whole rows of Y."""
+    w = synth_blocks(name, 20, 512, seed=3)
+    X = np.random.default_rng(4).standard_normal((3, 512)).astype(np.float32)
+    wide = np.full((3, 40), np.nan, np.float32)
+    mm.MULTI_KERNELS[GGMLType[name]](mm.weight_view(w, GGMLType[name]), X, wide[:, ::2], 1)
+    assert_close(wide[:, ::2], reference(w, name, 512), X)
+    assert np.isnan(wide[:, 1::2]).all()
 
 
 def test_matmul_several_tiles(monkeypatch):
