@@ -331,7 +331,10 @@ class Sequence:
             n_room = min(n_room, self.request.n_predict - self.n_decoded - 1)
         history = self.slot.tokens + [self.next_token]
         params = self.request.speculative or self.speculator.params
-        return self.speculator.draft(self.slot.id, history, n_room, params)
+        t0 = time.perf_counter()
+        draft = self.speculator.draft(self.slot.id, history, n_room, params)
+        self.t_gen += time.perf_counter() - t0  # drafting is generation time (predicted_ms)
+        return draft
 
     def _choose(self, logits: np.ndarray, constrained: bool) -> int:
         if self.forced:

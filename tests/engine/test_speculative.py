@@ -119,6 +119,25 @@ def test_rejected_cells_are_trimmed():
     assert done["timings"]["draft_n_accepted"] < done["timings"]["draft_n"]
 
 
+def test_drafting_counts_as_generation_time():
+    """predicted_ms is the generation's wall time, the drafts included (llama.cpp times the
+    slot from its first token on): a drafter taking 20 ms a call shows in it."""
+    import time
+
+    fn = repeating([40, 41, 42, 43])
+
+    class Slow:
+        n_max = 2
+
+        def draft(self, seq, history, n_max):
+            time.sleep(0.02)
+            return [fn(history)][:n_max]
+
+    _, done, _ = generate(fn, Speculator([Slow()]), n_predict=20)
+    t = done["timings"]  # every call drafted one token
+    assert t["draft_n"] > 0 and t["predicted_ms"] >= 20 * t["draft_n"]
+
+
 def test_limits_n_predict_n_min_and_stop():
     fn = repeating([40, 41, 42, 43, 44, 45])
     spec = Speculator([NgramSimple(size_n=2, size_m=8)])
