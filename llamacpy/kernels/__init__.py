@@ -13,6 +13,7 @@ import os
 import numba
 import numpy as np
 
+from . import cache_stamp  # noqa: F401  (before any kernel is defined: cache stamps)
 from . import runtime  # noqa: F401  (before any kernel compiles: fp16 routines)
 from . import fast_inline  # noqa: F401  (before any kernel compiles: cheaper inlining)
 from .dequant import dequantize_rows

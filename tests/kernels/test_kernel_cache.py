@@ -55,3 +55,45 @@ def test_kernels_cached_by_different_processes_keep_their_kind(tmp_path):
     out = subprocess.run([sys.executable, "-c", CHECK.format(pairs=pairs)], env=env,
                          capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+STAMPED = """
+import numpy as np
+from llamacpy.kernels import cache_stamp, elementwise
+locator = elementwise.silu_1d._cache._impl.locator
+assert isinstance(locator, cache_stamp.PackageInTreeLocator), type(locator)
+x = np.linspace(-4, 4, 37).astype(np.float32)
+out = np.empty_like(x)
+elementwise.silu_1d(x, out)
+assert np.allclose(out, x / (1 + np.exp(-x)), rtol=1e-5)
+print("hit" if elementwise.silu_1d.stats.cache_hits else "compiled")
+"""
+
+
+@pytest.mark.timeout(600)
+def test_a_change_in_any_kernel_file_compiles_the_kernels_again(tmp_path):
+    """numba stamps a cached kernel with its own file only; silu_1d (elementwise.py) inlines
+    simd.py's exp, so a change to simd.py alone must not load its old code (cache_stamp.py)."""
+    import shutil
+    from pathlib import Path
+
+    import llamacpy
+
+    pkg = tmp_path / "llamacpy"
+    shutil.copytree(Path(llamacpy.__file__).parent, pkg,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env.update(PYTHONPATH=str(tmp_path), NUMBA_NUM_THREADS="1")
+
+    def run() -> str:
+        out = subprocess.run([sys.executable, "-c", STAMPED], env=env, cwd=tmp_path,
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.strip()
+
+    assert run() == "compiled"
+    assert run() == "hit"
+    with open(pkg / "kernels" / "simd.py", "a") as f:
+        f.write("\n# edited\n")
+    assert run() == "compiled"
+    assert run() == "hit"
