@@ -18,7 +18,7 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .simd import HAS_AVX512BW
+from .simd import HAS_AVX512BW, prefetch_ir
 
 LANES = 16 if HAS_AVX512BW else 8
 ROWS = 4 if HAS_AVX512BW else 2  # AVX2 has 16 ymm registers: 2 x 4 sums, 2 weights, 4 tokens
@@ -85,13 +85,9 @@ def _tile(typingctx, w, X, Y, r0, nr, t0, n_tok, bf16):
             return builder.load(builder.bitcast(builder.gep(ptr, [k]), vt.as_pointer()),
                                 align=2)
 
-        pf = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), I32,
-                                                            I32, I32]), "llvm.prefetch.p0i8")
         for ptr in w_rows:  # the rows PREFETCH_ROWS on, at this k, into L2 (locality 2)
-            ahead = builder.add(builder.ptrtoint(builder.gep(ptr, [k]), I64), w_ahead)
-            builder.call(pf, [builder.inttoptr(ahead, ir.IntType(8).as_pointer()),
-                              ir.Constant(I32, 0), ir.Constant(I32, 2), ir.Constant(I32, 1)])
+            prefetch_ir(builder, builder.add(builder.ptrtoint(builder.gep(ptr, [k]), I64),
+                                             w_ahead), 2)
         weights = []
         for ptr in w_rows:
             bits = load(ptr, VH)
@@ -125,15 +121,14 @@ def _tile(typingctx, w, X, Y, r0, nr, t0, n_tok, bf16):
     return sig, codegen
 
 
-
 def _lane_sum(builder, v):
     """The sum of a vector's lanes, halving it (the tree a vectorised fastmath reduction takes)."""
     width = v.type.count
     while width > 1:
         width //= 2
-        lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, width), list(range(width))))
-        hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, width),
-                                                      list(range(width, 2 * width))))
+        halves = [ir.Constant(ir.VectorType(I32, width), list(range(o, o + width)))
+                  for o in (0, width)]
+        lo, hi = [builder.shuffle_vector(v, v, idx) for idx in halves]
         v = builder.fadd(lo, hi)
     return builder.extract_element(v, ir.Constant(I32, 0))
 
@@ -149,6 +144,13 @@ def _tiles_for(w, X, Y, r, nr, t, nt, bf16):
         _tile(w, X, Y, r, nr, t, 2, bf16)
     else:
         _tile(w, X, Y, r, nr, t, 1, bf16)
+
+
+@njit(inline="always")
+def tiles_fit(w, X, Y):
+    """Whether the tiles take these arrays: rows of whole vectors, each row contiguous."""
+    return w.shape[1] % LANES == 0 and w.strides[1] == 2 and X.strides[1] == 4 and \
+        Y.strides[1] == 4
 
 
 @njit(inline="always")

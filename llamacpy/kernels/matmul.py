@@ -36,8 +36,7 @@ from .dequant import (FASTMATH, ROW_KERNELS, call_kernel, dq_bf16, dq_f16, dq_iq
                       weight_view)
 from .compiler_pages import release_if_loaded
 from .elementwise import gated_1d
-from .float_tiles import LANES as TILE_LANES
-from .float_tiles import float_tiles
+from .float_tiles import float_tiles, tiles_fit
 from .matvec import (BYTE_QMAX, QMAX, _block_amax, _block_sums, _k4_scales_mins, iq4_nl_bytes,
                      matvec, q5_0_bytes)
 from .simd import (HALF_WIDTH_512, HAS_AVX512BW, HAS_VNNI, concat, dpwssd, f16_pair, f32x8_abs,
@@ -115,7 +114,7 @@ def _float_rows(w, X, Y, chunks, decode_row):
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=MULTI_FASTMATH)
 def multi_f16(w, X, Y, chunks):  # float_tiles' row x token tiles where rows are whole vectors
-    if w.shape[1] % TILE_LANES == 0 and X.strides[1] == 4 and Y.strides[1] == 4:
+    if tiles_fit(w, X, Y):
         float_tiles(w, X, Y, chunks, False)
     else:
         _float_rows(w, X, Y, chunks, dq_f16)
@@ -123,7 +122,7 @@ def multi_f16(w, X, Y, chunks):  # float_tiles' row x token tiles where rows are
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=MULTI_FASTMATH)
 def multi_bf16(w, X, Y, chunks):
-    if w.shape[1] % TILE_LANES == 0 and X.strides[1] == 4 and Y.strides[1] == 4:
+    if tiles_fit(w, X, Y):
         float_tiles(w, X, Y, chunks, True)
     else:
         _float_rows(w, X, Y, chunks, dq_bf16)

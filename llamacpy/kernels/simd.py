@@ -427,14 +427,19 @@ def prefetch(typingctx, a, r, o):
         row = context.cast(builder, args[1], sig.args[1], types.intp)
         col = context.cast(builder, args[2], sig.args[2], types.intp)
         offset = builder.add(builder.mul(row, builder.extract_value(ary.strides, 0)), col)
-        addr = builder.add(builder.ptrtoint(ary.data, intp), offset)
-        fnty = ir.FunctionType(ir.VoidType(), [I8.as_pointer(), I32, I32, I32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-        builder.call(fn, [builder.inttoptr(addr, I8.as_pointer()), ir.Constant(I32, 0),
-                          ir.Constant(I32, 3), ir.Constant(I32, 1)])  # read, keep, data
+        prefetch_ir(builder, builder.add(builder.ptrtoint(ary.data, intp), offset), 3)
         return context.get_dummy_value()
 
     return types.none(a, r, o), codegen
+
+
+def prefetch_ir(builder, addr, locality: int) -> None:
+    """A read prefetch of the data at integer address `addr` (it may lie past an array's end: a
+    prefetch never faults); locality 3 keeps it in every level (prefetcht0), 2 from L2 on."""
+    fnty = ir.FunctionType(ir.VoidType(), [I8.as_pointer(), I32, I32, I32])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+    builder.call(fn, [builder.inttoptr(addr, I8.as_pointer()), ir.Constant(I32, 0),
+                      ir.Constant(I32, locality), ir.Constant(I32, 1)])  # read, data
 
 
 # ------------------------------------------------------------------------- block scale fields

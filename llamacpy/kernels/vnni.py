@@ -110,10 +110,10 @@ def _micro_kernel_factory(nsub: int):
     group tg: stored for the first K chunk (b0 = 0), added for the others. With `mode` >= -1
     the last K chunk writes the whole sum to OUT[token, r0 + row] instead (tokens < n_real;
     mode -1 as it is, 0 / 1 as act(OUT) * sum, the gated FFN's SiLU / tanh-GELU): no pass over
-    Y afterwards, and the values go out while they are in registers. The k loop walks one pointer into the strip
-    pair's weights and one into the token group's activations. `nsub` is the number of min
-    terms per block (0: none; 1: Q4_1's, one per block; 8: the folded Q4_K's, one per 32 of its
-    blocks of 256)."""
+    Y afterwards, and the values go out while they are in registers. The k loop walks one
+    pointer into the strip pair's weights and one into the token group's activations. `nsub` is
+    the number of min terms per block (0: none; 1: Q4_1's, one per block; 8: the folded Q4_K's,
+    one per 32 of its blocks of 256)."""
 
     def typer(typingctx, Wp, WS, WM, Xq, XS, XSUM, Y, sp, tg, b0, nblk, spb, half, nb, rp,
               OUT, r0, n_real, mode):
