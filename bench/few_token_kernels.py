@@ -27,7 +27,6 @@ from llamacpy.format.constants import GGMLType  # noqa: E402
 from llamacpy.kernels import set_threads  # noqa: E402
 from llamacpy.kernels import simd  # noqa: E402
 from llamacpy.kernels.dequant import weight_view  # noqa: E402
-from llamacpy.kernels.repack import repack_q6_k_bytes  # noqa: E402
 from llamacpy.kernels.vnni import vnni_enabled, vnni_matmul  # noqa: E402
 from tests.kernels.test_integer_matvec import activations, synth_blocks  # noqa: E402
 
@@ -47,7 +46,7 @@ def median_ms(fn, reps: int = 7) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("type", choices=[t.name for t in mm.ZMM_TWINS] + ["Q6_K_BYTES"])
+    ap.add_argument("type", choices=[t.name for t in mm.ZMM_TWINS])
     ap.add_argument("rows", type=int)
     ap.add_argument("n", type=int)
     ap.add_argument("-T", "--tokens", default="4,8,16")
@@ -56,11 +55,9 @@ def main() -> None:
     if not simd.HAS_AVX512BW or (args.gemm and not vnni_enabled()):
         sys.exit("this CPU has no AVX-512BW (or, with --gemm, no VNNI)")
     set_threads(1)
-    # Q6_K_BYTES: the Q6_K rows llama-server -np > 1 repacks for these kernels
-    base_type = "Q6_K" if args.type == "Q6_K_BYTES" else args.type
-    t = GGMLType[base_type]
-    w = synth_blocks(base_type, args.rows, args.n, seed=1)
-    wv = repack_q6_k_bytes(w) if args.type == "Q6_K_BYTES" else weight_view(w, t)
+    t = GGMLType[args.type]
+    w = synth_blocks(args.type, args.rows, args.n, seed=1)
+    wv = weight_view(w, t)
     ymm = getattr(mm, f"multi_{args.type.lower()}")
     zmm = getattr(mm, f"multi_{args.type.lower()}_zmm")
     other, label = ("VNNI GEMM", "gemm") if args.gemm else ("ymm", "ymm")

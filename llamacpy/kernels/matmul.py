@@ -21,7 +21,9 @@ AVX-512BW, from a few tokens on (`ZMM_KERNELS`), the `*_zmm` twins put four toke
 vector and take two rows and two quads of tokens a pass (`_row_quads`): half the multiplies and
 half the activation loads, the same sums bit for bit. The other types decode each row to float32
 once (`_float_rows`) and take plain float dot products. Scratch is allocated once per chunk of
-rows, never per row.
+rows, never per row. Where the CPU has AVX-512BW, Q4_K and Q6_K take kernels/kquant_tokens.py
+instead: the one-token byte-pair kernels over up to four tokens a pass, each token's results
+bit for bit its one-token decode's.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from .dequant import (FASTMATH, ROW_KERNELS, call_kernel, dq_bf16, dq_f16, dq_iq
 from .compiler_pages import release_if_loaded
 from .elementwise import gated_1d
 from .float_tiles import float_tiles, tiles_fit
+from .kquant_tokens import tokens_q4_k, tokens_q6_k
 from .matvec import (BYTE_QMAX, QMAX, _block_amax, _block_sums, _k4_scales_mins, iq4_nl_bytes,
                      matvec, q5_0_bytes)
 from .simd import (HALF_WIDTH_512, HAS_AVX512BW, HAS_VNNI, concat, dpwssd, f16_pair, f32x8_abs,
@@ -72,6 +75,12 @@ SMALL_BATCH_VNNI = {GGMLType.Q4_K: 32, GGMLType.Q6_K: 20, GGMLType.Q8_0: 56, GGM
 # (F16 / BF16: float_tiles' kernel, every VNNI CPU having AVX-512BW: on Zen 4 an F16
 # Qwen2.5-Coder decode of 12 to 32 rows took 126-330 ms there against the integer GEMM's 262-390,
 # equal near 48)
+# Zen 4 (512-bit instructions in two halves, so the zmm twins below are off and the VNNI GEMM
+# gains sooner): the crossovers measured there on the same models' layers, 1 thread, with
+# kernels/kquant_tokens.py for the K-quants (docs/PERFORMANCE.md, 2026-12-07 (night))
+SMALL_BATCH_VNNI_HALF_WIDTH = {GGMLType.Q4_K: 12, GGMLType.Q6_K: 16, GGMLType.Q8_0: 24,
+                               GGMLType.Q5_0: 14, GGMLType.IQ4_NL: 14, GGMLType.Q4_0: 14,
+                               GGMLType.Q4_1: 12, GGMLType.F16: 40, GGMLType.BF16: 40}
 
 
 # ------------------------------------------------------------- float rows: the other types
@@ -645,11 +654,6 @@ def _q6_k_rows_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq):
     _int_row_range_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq, KIND_Q6_K)
 
 
-@njit(nogil=NOGIL, fastmath=FASTMATH)
-def _q6_k_bytes_rows_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq):
-    _int_row_range_zmm(w, xq, xd, xs, nbp, Y, lo, hi, nb, nq, KIND_Q6_K_BYTES)
-
-
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def multi_q8_0(w, X, Y, chunks):
     _int_rows(w, X, Y, chunks, KIND_Q8_0, _q8_0_rows)
@@ -726,11 +730,6 @@ def multi_q6_k_zmm(w, X, Y, chunks):
     _int_rows_zmm(w, X, Y, chunks, KIND_Q6_K, _q6_k_rows_zmm)
 
 
-@njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
-def multi_q6_k_bytes_zmm(w, X, Y, chunks):
-    _int_rows_zmm(w, X, Y, chunks, KIND_Q6_K_BYTES, _q6_k_bytes_rows_zmm)
-
-
 # Where the CPU has AVX-512BW the integer kinds take four tokens a vector from this many tokens
 # on (Zen 5, 1 thread, bench/few_token_kernels.py): with fewer, the ymm kernel's pairs waste
 # less of a part-filled quad, and Q4_K / Q6_K decode their blocks more cheaply at ymm width.
@@ -754,7 +753,6 @@ ZMM_FROM_HALF_WIDTH = {GGMLType.Q8_0: 16}
 ZMM_KERNELS = {t: (ZMM_TWINS[t], start) for t, start in
                (ZMM_FROM_HALF_WIDTH if HALF_WIDTH_512 else ZMM_FROM_FULL_WIDTH).items()} \
     if HAS_AVX512BW else {}
-Q6_K_BYTES_ZMM = (multi_q6_k_bytes_zmm, 8) if HAS_AVX512BW else NO_ZMM  # Zen 4 too: 1.2-1.6x
 
 MULTI_KERNELS = {
     GGMLType.F16: multi_f16,
@@ -772,6 +770,12 @@ MULTI_KERNELS = {
     GGMLType.IQ4_NL: multi_iq4_nl,
     GGMLType.IQ4_XS: multi_iq4_xs,
 }
+if HAS_AVX512BW:
+    # the one-token kernels' byte pairs, up to four tokens a pass over a row: each token's result
+    # is its one-token decode's, bit for bit, and on Zen 4 1.3-2.5x faster at 2-8 tokens than the
+    # int16 kernels (Q4_K rows of 1536: 0.9x at 3-8 tokens)
+    MULTI_KERNELS[GGMLType.Q4_K] = tokens_q4_k
+    MULTI_KERNELS[GGMLType.Q6_K] = tokens_q6_k
 
 
 def multi_kernel(ggml_type: GGMLType, n_tokens: int):
@@ -783,7 +787,8 @@ def multi_kernel(ggml_type: GGMLType, n_tokens: int):
 def small_batch_limit(ggml_type: GGMLType) -> int:
     """Up to this many tokens a matrix of `ggml_type` takes its multi_* kernel."""
     if HAS_VNNI and vnni_enabled() and ggml_type in SMALL_BATCH_VNNI:
-        return SMALL_BATCH_VNNI[ggml_type]
+        table = SMALL_BATCH_VNNI_HALF_WIDTH if HALF_WIDTH_512 else SMALL_BATCH_VNNI
+        return table[ggml_type]
     return SMALL_BATCH_BY_TYPE.get(ggml_type, SMALL_BATCH)
 
 

@@ -669,6 +669,17 @@ def _byte_pair_fma(t_lo, t_hi, f, acc):
     return fma_vec(t_hi, concat(f32x8_splat(f256), f32x8_splat(f256)), acc)
 
 
+@njit(inline="always")
+def q4_k_byte_pair_head(w, r, o):
+    """Prefetch ahead, then the Q4_K super-block at o's d, dmin, packed scales (two uint32) and
+    mins (F32x8), for the byte-pair kernels."""
+    for k in range(3):
+        prefetch(w, r, o + PREFETCH_BYTE_PAIRS + 64 * k)
+    d, dmin = f16_pair(w, r, o)
+    sc_lo, sc_hi, m_lo, m_hi = _k4_packed_scales_mins(w, r, o + 4)
+    return d, dmin, sc_lo, sc_hi, bytes_f32(m_lo, m_hi)
+
+
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
 def matvec_q4_k_zmm(w, x, y):
     """matvec_q4_k on 512-bit vectors with the nibbles multiplied as bytes: the activations are
@@ -682,12 +693,8 @@ def matvec_q4_k_zmm(w, x, y):
         acc, mins = f32x16_zero(), f32x8_zero()
         for b in range(nb):
             o = 144 * b
-            for k in range(3):
-                prefetch(w, r, o + PREFETCH_BYTE_PAIRS + 64 * k)
-            d, dmin = f16_pair(w, r, o)
-            sc_lo, sc_hi, m_lo, m_hi = _k4_packed_scales_mins(w, r, o + 4)
-            m = f32x8_mul(bytes_f32(m_lo, m_hi), load_f32(xs, 8 * b))
-            mins = f32x8_fma(m, dmin, mins)
+            d, dmin, sc_lo, sc_hi, mf = q4_k_byte_pair_head(w, r, o)
+            mins = f32x8_fma(f32x8_mul(mf, load_f32(xs, 8 * b)), dmin, mins)
             t_lo, t_hi = i32x16_zero(), i32x16_zero()
             for jj in range(2):
                 v = load_w32(w, r, o + 16 + 64 * jj)
@@ -698,6 +705,19 @@ def matvec_q4_k_zmm(w, x, y):
                                                  t_lo, t_hi)
             acc = _byte_pair_fma(t_lo, t_hi, d * xd[b], acc)
         y[r] = f32x16_sum(acc) - f32x8_sum(mins)
+
+
+@njit(inline="always")
+def q6_k_byte_chunk(w, r, o, h, g):
+    """Weights 64 g .. 64 g + 63 of half h of the Q6_K block at o as 64 bytes 0..63: ql's low
+    (g = 0) or high nibbles with qh's bits 0-1 and 2-3 (or 4-5 and 6-7) above them (the loads
+    shared by g = 0 and 1 once inlined)."""
+    ql = load_w32(w, r, o + 64 * h)
+    qh = load_w16(w, r, o + 128 + 32 * h)
+    hb = concat(qh, vshr(qh, 2))
+    if g == 0:
+        return vor(vand(ql, 0x0F0F), vand(vshl(hb, 4), 0x3030))
+    return vor(vand(vshr(ql, 4), 0x0F0F), vand(hb, 0x3030))
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)
@@ -717,14 +737,8 @@ def matvec_q6_k_zmm(w, x, y):
             scales = i8_scale_quads(w, r, o + 192)
             t_lo, t_hi = i32x16_zero(), i32x16_zero()
             for h in range(2):
-                ql = load_w32(w, r, o + 64 * h)
-                qh = load_w16(w, r, o + 128 + 32 * h)
-                hb = concat(qh, vshr(qh, 2))
                 for g in range(2):
-                    if g == 0:
-                        q = vor(vand(ql, 0x0F0F), vand(vshl(hb, 4), 0x3030))
-                    else:
-                        q = vor(vand(vshr(ql, 4), 0x0F0F), vand(hb, 0x3030))
+                    q = q6_k_byte_chunk(w, r, o, h, g)
                     t_lo, t_hi = _byte_pair_dots(q, low, high, 128 * b + 64 * h + 32 * g,
                                                  scales[2 * h + g], t_lo, t_hi)
             acc = _byte_pair_fma(t_lo, t_hi, f16_pair(w, r, o + 206)[1] * xd[b], acc)
@@ -761,16 +775,28 @@ def _q6_k_half(w, r, o, h, xq, xd, s0, scale, acc):
 
 
 @njit(inline="always")
+def q6_k_scales(w, r, o):
+    """The Q6_K block at o's d and its 16 scales times d (two F32x8, one per half)."""
+    d = f16_pair(w, r, o + 206)[1]  # the fp16 at 208, loaded with the last two scales
+    s0 = f32x8_mul(sbytes_f32(load_u32(w, r, o + 192), load_u32(w, r, o + 196)), d)
+    s1 = f32x8_mul(sbytes_f32(load_u32(w, r, o + 200), load_u32(w, r, o + 204)), d)
+    return d, s0, s1
+
+
+@njit(inline="always")
+def q6_k_offset(s0, s1, xs, b, offset):
+    """The offset accumulator plus block b's scales times its 16-weight sums of x."""
+    return f32x8_fma(s1, load_f32(xs, 16 * b + 8), f32x8_fma(s0, load_f32(xs, 16 * b), offset))
+
+
+@njit(inline="always")
 def _q6_k_block_head(w, r, o, b, xs, offset, ahead):
     """Prefetch ahead, then block b's 16 scales times d (two F32x8, one per half) and the
     offset accumulator with their sum(x_s) terms added."""
     for k in range(4):
         prefetch(w, r, o + ahead + 64 * k)
-    d = f16_pair(w, r, o + 206)[1]  # the fp16 at 208, loaded with the last two scales
-    s0 = f32x8_mul(sbytes_f32(load_u32(w, r, o + 192), load_u32(w, r, o + 196)), d)
-    s1 = f32x8_mul(sbytes_f32(load_u32(w, r, o + 200), load_u32(w, r, o + 204)), d)
-    offset = f32x8_fma(s0, load_f32(xs, 16 * b), offset)
-    return s0, s1, f32x8_fma(s1, load_f32(xs, 16 * b + 8), offset)
+    _, s0, s1 = q6_k_scales(w, r, o)
+    return s0, s1, q6_k_offset(s0, s1, xs, b, offset)
 
 
 @njit(parallel=True, cache=True, nogil=NOGIL, fastmath=FASTMATH)

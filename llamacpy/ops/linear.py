@@ -8,11 +8,12 @@ from ..format.constants import GGMLType
 from ..format.reader import GGUFTensor
 from ..kernels.dequant import call_kernel, dequantize_rows, weight_view
 from ..kernels.elementwise import gated_1d
-from ..kernels.matmul import (MULTI_KERNELS, NO_ZMM, Q6_K_BYTES_ZMM, SMALL_BATCH_Q6_K_BYTES,
+from ..kernels.matmul import (MULTI_KERNELS, NO_ZMM, SMALL_BATCH_Q6_K_BYTES,
                               ZMM_KERNELS, matmul, multi_q6_k_bytes, row_chunks,
                               small_batch_limit)
 from ..kernels.matvec import MATVEC_KERNELS, matvec
 from ..kernels.repack import REPACKABLE, repack_as_q8_0, repack_q6_k_bytes
+from ..kernels.simd import HAS_AVX512BW
 
 
 class Linear:
@@ -22,9 +23,10 @@ class Linear:
     `repack_q8_0` is set (llama-server with --parallel > 1): Q5_0 and IQ4_NL blocks are then
     rewritten once as Q8_0 (exact: the same results bit for bit for one token, to float32 rounding
     for several; 1.5-1.9x the bytes; the decode kernels run ~1.3x (Q5_0) and ~1.1x (IQ4_NL)
-    faster per thread on it, ~5% of a Gemma 3 270M decode step), and Q6_K gets a copy in bytes
-    for the few-token kernel (repack_q6_k_bytes: 1.5x the bytes, ~1.4x faster at 4 tokens)
-    while one token still reads the file's blocks.
+    faster per thread on it, ~5% of a Gemma 3 270M decode step), and without AVX-512BW Q6_K gets
+    a copy in bytes for the few-token kernel (repack_q6_k_bytes: 1.5x the bytes, ~1.4x faster at
+    4 tokens; with it kernels/kquant_tokens.py is 2x faster again on the file's blocks) while one
+    token still reads the file's blocks.
     """
 
     def __init__(self, tensor: GGUFTensor, repack_q8_0: bool = False):
@@ -47,9 +49,9 @@ class Linear:
         self._multi_zmm, self._zmm_from = ZMM_KERNELS.get(self.ggml_type, NO_ZMM)
         self._multi_max = small_batch_limit(self.ggml_type)
         self._multi_weight = self._weight_view
-        if repack_q8_0 and self.ggml_type == GGMLType.Q6_K:
+        if repack_q8_0 and self.ggml_type == GGMLType.Q6_K and not HAS_AVX512BW:
             self._multi, self._multi_weight = multi_q6_k_bytes, repack_q6_k_bytes(self.weight)
-            self._multi_zmm, self._zmm_from = Q6_K_BYTES_ZMM
+            self._multi_zmm, self._zmm_from = NO_ZMM
             self._multi_max = SMALL_BATCH_Q6_K_BYTES
 
     def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -214,7 +214,7 @@ def test_several_tokens_exact_in_representable_activations(name, n_tokens):
     assert np.all(np.abs(Y - X.astype(np.float64) @ W.T) <= 2e-6 * bound)
 
 
-@pytest.mark.parametrize("name", [*INTEGER_TYPES, "Q6_K_BYTES"])
+@pytest.mark.parametrize("name", INTEGER_TYPES)
 @pytest.mark.parametrize("n_tokens", [2, 3, 4, 5, 8, 9, 13])
 def test_zmm_multi_kernels_bit_identical_to_ymm(name, n_tokens):
     """Four tokens a 512-bit vector, two rows and two quads a pass, give the ymm kernel's integer
@@ -222,12 +222,7 @@ def test_zmm_multi_kernels_bit_identical_to_ymm(name, n_tokens):
     matmul() picks, with an odd row count and quads left part-filled (on a CPU without
     AVX-512BW LLVM splits the vectors; still the same numbers)."""
     n, rows = 512, 37
-    base = "Q6_K" if name == "Q6_K_BYTES" else name
-    w = synth_blocks(base, rows, n, seed=n_tokens + 3)
-    if name == "Q6_K_BYTES":
-        w = repack_q6_k_bytes(w)
-    else:
-        w = mm.weight_view(w, GGMLType[name])
+    w = mm.weight_view(synth_blocks(name, rows, n, seed=n_tokens + 3), GGMLType[name])
     X = activations(n * n_tokens, n_tokens).reshape(n_tokens, n)
     ymm = np.full((n_tokens, rows), np.nan, np.float32)
     zmm = ymm.copy()
@@ -322,15 +317,19 @@ def test_q6_k_bytes_kernel_matches_the_direct_one(n_tokens):
     X = activations(512 * n_tokens, n_tokens).reshape(n_tokens, 512)
     Y = np.full((n_tokens, 37), np.nan, np.float32)
     mm.multi_q6_k_bytes(repack_q6_k_bytes(w), X, Y, 1)
-    assert_same_up_to_rounding(Y, matmul(w, GGMLType.Q6_K, X), "Q6_K bytes")
+    direct = np.empty_like(Y)
+    mm.multi_q6_k(mm.weight_view(w, GGMLType.Q6_K), X, direct, 1)
+    assert_same_up_to_rounding(Y, direct, "Q6_K bytes")
 
 
 def test_linear_reads_the_q6_k_bytes_for_few_tokens_only():
-    """A repacking Linear: one token from the file's Q6_K blocks (bit for bit what a plain Linear
-    gives), a few tokens from the bytes copy."""
+    """A repacking Linear without AVX-512BW: one token from the file's Q6_K blocks (bit for bit
+    what a plain Linear gives), a few tokens from the bytes copy. With it there is no copy:
+    kernels/kquant_tokens.py reads the file's blocks faster."""
     tensor = FakeTensor(synth_blocks("Q6_K", 37, 512, seed=9), GGMLType.Q6_K, 512)
     plain, packed = Linear(tensor), Linear(tensor, repack_q8_0=True)
-    assert packed.weight is not packed._multi_weight and packed.ggml_type == GGMLType.Q6_K
+    copied = packed.weight is not packed._multi_weight
+    assert copied != simd.HAS_AVX512BW and packed.ggml_type == GGMLType.Q6_K
     X = activations(512 * 4, 4).reshape(4, 512)
     assert np.array_equal(packed(X[0]), plain(X[0]))
     assert_same_up_to_rounding(packed(X), plain(X), "Linear Q6_K")
