@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 
-import llguidance
-
 from .gbnf import GrammarError
 
 # llama.cpp's SPACE_RULE: | " " | "\n"{1,2} [ \t]{0,20}
@@ -108,6 +106,8 @@ def _local_ref(schema, root):
 
 def schema_grammar(schema: dict | str | bool) -> str:
     """The llguidance grammar for a JSON schema; GrammarError for one it cannot enforce."""
+    import llguidance  # here, not at import: see matcher.vocabulary
+
     schema = closed_objects(load_schema(schema))
     try:
         grammar = llguidance.LLMatcher.grammar_from_json_schema(

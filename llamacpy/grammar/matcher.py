@@ -19,7 +19,6 @@ import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-import llguidance
 import numpy as np
 
 from ..tokenizer import ATTR_CONTROL, ATTR_UNKNOWN, Tokenizer
@@ -54,6 +53,8 @@ class _TokenizerView:
 
 def vocabulary(tokenizer: Tokenizer) -> llguidance.LLTokenizer:
     """The tokenizer as llguidance needs it (about half a second for 150k tokens, so cached)."""
+    import llguidance  # here, not at import: 2.6 MB of RSS that a run with no grammar never needs
+
     with _lock:
         vocab = _vocabularies.get(tokenizer)
         if vocab is None:
@@ -105,6 +106,8 @@ class Grammar:
         return GrammarMask(self.matcher(tokenizer), tokenizer.n_vocab)
 
     def matcher(self, tokenizer: Tokenizer) -> llguidance.LLMatcher:
+        import llguidance
+
         matcher = llguidance.LLMatcher(vocabulary(tokenizer), self.lark(tokenizer), log_level=0)
         if matcher.is_error():
             raise GrammarError(matcher.get_error())
@@ -118,6 +121,8 @@ class Grammar:
 
 
 def _validate(lark: str) -> None:
+    import llguidance
+
     error = llguidance.LLMatcher.validate_grammar(lark)
     if error:
         raise GrammarError(error)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from gguf.constants import Keys
 
 from ..memory.batch import Batch, Segment
 from ..memory.kv_cache import KVCache
 from ..format import GGUFError, GGUFFile
+from ..format.constants import Keys
 from ..ops.activations import GATED_KINDS
 from ..ops.attention import attend_segment, attend_seqs
 from ..ops.linear import Linear, get_rows

@@ -10,9 +10,9 @@ rank pooling. No KV cache: a sequence is encoded whole, in one batch.
 from __future__ import annotations
 
 import numpy as np
-from gguf.constants import Keys
 
 from ..format import GGUFError, GGUFFile
+from ..format.constants import Keys
 from ..memory.batch import Batch
 from ..memory.kv_cache import KVCache
 from ..ops.activations import gelu_tanh

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-from gguf.constants import Keys
 
 from ..memory.batch import Batch
 from ..format import GGUFFile
+from ..format.constants import Keys
 from ..ops.activations import gelu_tanh
 from ..ops.norm import rms_norm
 from ..ops.rope import ROPE_NEOX, rope_cos_sin

@@ -22,12 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from gguf.constants import Keys
 
 from ..memory.batch import Batch, Segment
 from ..memory.hybrid_cache import HybridCache, Snapshot
 from ..memory.kv_cache import KVCache
 from ..format import GGUFError, GGUFFile
+from ..format.constants import Keys
 from ..kernels.delta_net import conv1d, delta_rule_chunked, delta_rule_recurrent, gates
 from ..ops.activations import silu, silu_times
 from ..ops.linear import get_rows

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gguf.constants import Keys
 
 from ..format import GGUFError, GGUFFile
+from ..format.constants import Keys
 from .bert import BertModel
 from .gemma3 import Gemma3Model
 from .llama import LlamaModel

@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from gguf import LlamaFileType
 
 from ..format import StringArray
+from ..format.constants import FileType
 from ..hub import catalog
 
 TOKENIZER_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
@@ -45,7 +45,7 @@ def quantization_level(gguf) -> str:
     tensor type."""
     file_type = gguf.get("general.file_type")
     try:
-        return LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+        return FileType(int(file_type)).name.removeprefix("MOSTLY_").removeprefix("ALL_")
     except (TypeError, ValueError):
         types = [t.ggml_type.name for t in gguf.tensors.values() if len(t.ne) > 1]
         return max(set(types), key=types.count) if types else "unknown"

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from gguf.constants import Keys
 
 from ..format import GGUFError, GGUFFile
+from ..format.constants import Keys
 from ..ops.activations import gelu_tanh, silu
 from ..ops.linear import Linear
 from ..ops.rope import ROPE_NEOX, apply_rope
