@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any
 
 
-
 # common/chat.cpp CHATML_TEMPLATE_SRC: what llama.cpp uses when the model carries no template
 CHATML_TEMPLATE = (
     "{%- for message in messages -%}\n"

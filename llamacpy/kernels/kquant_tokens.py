@@ -1,5 +1,6 @@
 """Few-token K-quant kernels on AVX-512BW: Y[T, rows] = X[T, n] @ W^T for Q4_K and Q6_K, from 2
-tokens to the VNNI GEMM's crossover (the server's batched decode, speculative verification).
+tokens to the VNNI GEMM's crossover, or on full-width AVX-512 CPUs to the zmm twins' start
+(matmul.ZMM_KERNELS): the server's batched decode, speculative verification.
 
 They are matvec_q4_k_zmm / matvec_q6_k_zmm (kernels/matvec.py) with up to four tokens per pass
 over a row: the weights are multiplied as bytes (vpmaddubsw) with each token's activations split

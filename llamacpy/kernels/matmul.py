@@ -22,8 +22,8 @@ vector and take two rows and two quads of tokens a pass (`_row_quads`): half the
 half the activation loads, the same sums bit for bit. The other types decode each row to float32
 once (`_float_rows`) and take plain float dot products. Scratch is allocated once per chunk of
 rows, never per row. Where the CPU has AVX-512BW, Q4_K and Q6_K take kernels/kquant_tokens.py
-instead: the one-token byte-pair kernels over up to four tokens a pass, each token's results
-bit for bit its one-token decode's.
+instead (below the zmm twins' start on full-width CPUs): the one-token byte-pair kernels over up
+to four tokens a pass, each token's results bit for bit its one-token decode's.
 """
 
 from __future__ import annotations
