@@ -2,7 +2,8 @@
 with one rename, greedy; decode tokens/s with and without n-gram drafts (ngram-simple with
 llama.cpp's defaults and shorter settings), acceptance rate, and whether the text is the same.
 
-    python bench/speculative.py [MODEL] [-t 1] [-n 320] [-r 3] [--ngram N:M ...] [-md DRAFT [--draft-max N ...]]
+    python bench/speculative.py [MODEL] [-t 1] [-n 320] [-r 3] [--ngram N:M ...]
+        [-md DRAFT [--draft-max N ...] [--draft-vocab N ...]]
 
 Rounds interleave the configurations; each generation is timed from its first token to its last
 (timings' predicted_ms: the prompt does not count), after one warm-up of each. Prints medians,
@@ -55,9 +56,11 @@ def configs(args, llm: Llama) -> dict:
         n, m = (int(v) for v in spec.split(":"))
         out[f"ngram-simple {n}/{m}"] = lambda n=n, m=m: Speculator([NgramSimple(n, m)])
     for n_max in args.draft_max if args.model_draft else []:
-        cfg = SpecConfig(draft_model=str(resolve_model(args.model_draft)), n_max=n_max)
-        out[f"draft-simple n_max {n_max}"] = lambda cfg=cfg: build_speculator(
-            cfg, llm._tokenizer, llm.n_ctx(), 1, args.threads, args.threads)
+        for vocab in args.draft_vocab:
+            cfg = SpecConfig(draft_model=str(resolve_model(args.model_draft)), n_max=n_max,
+                             draft_vocab=vocab)
+            out[f"draft n_max {n_max} vocab {vocab or 'all'}"] = lambda cfg=cfg: \
+                build_speculator(cfg, llm._tokenizer, llm.n_ctx(), 1, args.threads, args.threads)
     return out
 
 
@@ -72,6 +75,8 @@ def main() -> None:
     p.add_argument("-md", "--model-draft")
     p.add_argument("--draft-max", type=int, nargs="*", default=[3],
                    help="draft lengths to try with -md (llama.cpp's default 3)")
+    p.add_argument("--draft-vocab", type=int, nargs="*", default=[32768],
+                   help="draft heads to try with -md: ids covered (0: all; default 32768)")
     p.add_argument("--show", action="store_true", help="print the generated text")
     args = p.parse_args()
     llm = Llama(str(resolve_model(args.model)), n_ctx=2048, n_threads=args.threads,
@@ -96,14 +101,14 @@ def report(args, prompt, results, texts) -> None:
     print(f"model {args.model}, {args.threads} thread(s), prompt {len(prompt)} tokens, "
           f"{len(texts['none'])} generated, {args.rounds} rounds (medians)")
     base = statistics.median(t["predicted_per_second"] for t in results["none"])
-    print(f"{'config':<24} {'tok/s':>7} {'ratio':>6} {'accept':>7} {'tok/step':>8} same")
+    print(f"{'config':<30} {'tok/s':>7} {'ratio':>6} {'accept':>7} {'tok/step':>8} same")
     for name, ts in results.items():
         tps = statistics.median(t["predicted_per_second"] for t in ts)
         t = ts[-1]
         drafted, ok = t.get("draft_n", 0), t.get("draft_n_accepted", 0)
         steps = t["predicted_n"] - ok  # each step gives one sampled token beyond the accepted
         accept = f"{ok / drafted:.1%}" if drafted else "-"
-        print(f"{name:<24} {tps:7.2f} {tps / base:5.2f}x {accept:>7} "
+        print(f"{name:<30} {tps:7.2f} {tps / base:5.2f}x {accept:>7} "
               f"{t['predicted_n'] / max(steps, 1):8.2f} {texts[name] == texts['none']}")
 
 

@@ -321,6 +321,11 @@ FLAGS = [
     f("--spec-draft-p-min", "--draft-p-min", dest="draft_p_min", type=float, default=0.0,
       env="LLAMA_ARG_SPEC_DRAFT_P_MIN",
       help="a draft model stops at a token less likely than this (greedy; default: 0.00)"),
+    f("--spec-draft-vocab", dest="draft_vocab", type=int, default=32768,
+      env="LLAMA_ARG_SPEC_DRAFT_VOCAB",
+      help="a draft model's (or MTP block's) output head covers the first N token ids and "
+           "those in the sequences; the target verifies every draft, so the output is the same "
+           "(llamacpy's own; 0: the whole vocabulary; default: 32768)"),
     f("-cd", "--ctx-size-draft", dest="ctx_size_draft", type=int, default=0,
       help="the draft model's context size (0: the same as -c)"),
     f("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl",
@@ -658,13 +663,14 @@ def spec_config(args: argparse.Namespace):
     for name in ("spec_ngram_size_n", "spec_ngram_size_m"):
         if not 1 <= getattr(args, name) <= 1024:
             raise ValueError("ngram size must be between 1 and 1024 inclusive")
-    if args.draft_max < 0 or args.ctx_size_draft < 0:
-        raise ValueError("--spec-draft-n-max and -cd must not be negative")
+    if args.draft_max < 0 or args.ctx_size_draft < 0 or args.draft_vocab < 0:
+        raise ValueError("--spec-draft-n-max, --spec-draft-vocab and -cd must not be negative")
     from ..hub import resolve_model
 
     draft = str(resolve_model(args.model_draft)) if args.model_draft else None
-    cfg = SpecConfig(types=parse_spec_types(args.spec_type or ""), draft_model=draft, n_max=args.draft_max, n_min=args.draft_min,
-                     p_min=args.draft_p_min, n_ctx_draft=args.ctx_size_draft,
+    cfg = SpecConfig(types=parse_spec_types(args.spec_type or ""), draft_model=draft,
+                     n_max=args.draft_max, n_min=args.draft_min, p_min=args.draft_p_min, n_ctx_draft=args.ctx_size_draft,
+                     draft_vocab=args.draft_vocab,
                      ngram_size_n=args.spec_ngram_size_n, ngram_size_m=args.spec_ngram_size_m)
     types = cfg.resolved_types()
     users = {"draft": ("draft-simple", "draft-mtp"), "ctx": ("draft-simple",),
@@ -681,9 +687,11 @@ def spec_config(args: argparse.Namespace):
 # flags that only a speculative type uses: given without it, they would do nothing
 DRAFT_FLAGS = {"draft_max": "--spec-draft-n-max", "draft_min": "--spec-draft-n-min",
                "draft_p_min": "--spec-draft-p-min", "ctx_size_draft": "-cd",
+               "draft_vocab": "--spec-draft-vocab",
                "spec_ngram_size_n": "--spec-ngram-simple-size-n",
                "spec_ngram_size_m": "--spec-ngram-simple-size-m"}
-DRAFT_ONLY = {"--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min"}
+DRAFT_ONLY = {"--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min",
+              "--spec-draft-vocab"}
 
 
 def template_kwargs(args: argparse.Namespace) -> dict:

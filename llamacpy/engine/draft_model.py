@@ -10,6 +10,7 @@ import numpy as np
 
 from ..tokenizer import Tokenizer
 from .context import Context
+from .draft_vocab import DEFAULT_DRAFT_VOCAB, DraftVocabulary, draft_head
 from .sequence import Slot
 
 # common/speculative.cpp: SPEC_VOCAB_MAX_SIZE_DIFFERENCE, SPEC_VOCAB_CHECK_START_TOKEN_ID
@@ -42,16 +43,20 @@ def check_compatible(target: Tokenizer, draft: Tokenizer) -> None:
 
 class DraftModel:
     """Greedy drafts of at most n_max tokens from a draft context, stopping at a token whose
-    probability is below p_min (llama.cpp: --spec-draft-n-max 3, --spec-draft-p-min 0.0)."""
+    probability is below p_min (llama.cpp: --spec-draft-n-max 3, --spec-draft-p-min 0.0). With
+    `vocab` > 0 the draft model's output head covers the first `vocab` ids and those the
+    histories hold (engine/draft_vocab.py); the context's model is the drafter's own."""
 
     spec_type = "draft-simple"
     uses_p_min = True
 
-    def __init__(self, ctx: Context, n_max: int = 3, n_min: int = 0, p_min: float = 0.0):
+    def __init__(self, ctx: Context, n_max: int = 3, n_min: int = 0, p_min: float = 0.0,
+                 vocab: int = DEFAULT_DRAFT_VOCAB):
         if n_max < 0:
             raise ValueError("--spec-draft-n-max must not be negative")
         self.ctx, self.n_max, self.n_min, self.p_min = ctx, n_max, n_min, p_min
         self.slots = [Slot(ctx, i) for i in range(ctx.n_seq)]
+        ctx.model.output = self.head = draft_head(ctx.model.output, vocab)
 
     def draft(self, seq: int, history: list[int], n_max: int,
               p_min: float | None = None) -> list[int]:
@@ -59,6 +64,8 @@ class DraftModel:
         n_max = min(n_max, self.n_max, self.ctx.n_ctx_seq - len(history) - 1)
         if n_max <= 0 or any(t < 0 for t in history):  # images: the draft cannot read them
             return []
+        if isinstance(self.head, DraftVocabulary):
+            self.head.see(history)
         logits, _ = slot.prefill(history)
         out: list[int] = []
         while True:
@@ -100,11 +107,11 @@ def build_speculator(cfg, target: Tokenizer, n_ctx: int, n_seq: int,
             if target_model is None:
                 raise ValueError("--spec-type draft-mtp needs the target model")
             drafters.append(MtpDrafter(target_model, n_ctx // n_seq, n_seq, cfg.n_max,
-                                       cfg.n_min, cfg.p_min))
+                                       cfg.n_min, cfg.p_min, cfg.draft_vocab))
             continue
         gguf = open_gguf(cfg.draft_model)
         check_compatible(target, Tokenizer.from_gguf(gguf))
         ctx = Context(load_model(gguf), n_ctx=cfg.n_ctx_draft or n_ctx,
                       n_seq=n_seq, n_threads=n_threads, n_threads_batch=n_threads_batch)
-        drafters.append(DraftModel(ctx, cfg.n_max, cfg.n_min, cfg.p_min))
+        drafters.append(DraftModel(ctx, cfg.n_max, cfg.n_min, cfg.p_min, cfg.draft_vocab))
     return Speculator(drafters) if drafters else None

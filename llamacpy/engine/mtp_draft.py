@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory.batch import Batch
+from .draft_vocab import DEFAULT_DRAFT_VOCAB, DraftVocabulary, draft_head
 from .sequence import common_prefix
 
 TOP_K = 10  # the draft sampler's top-k (common_sampler with COMMON_SAMPLER_TYPE_TOP_K)
@@ -29,7 +30,7 @@ class MtpDrafter:
     uses_p_min = True
 
     def __init__(self, model, n_ctx_seq: int, n_seq: int, n_max: int = 3, n_min: int = 0,
-                 p_min: float = 0.0):
+                 p_min: float = 0.0, vocab: int = DEFAULT_DRAFT_VOCAB):
         blocks = getattr(model, "mtp", None)
         if not blocks:
             raise ValueError(f"--spec-type draft-mtp needs a model with an MTP block "
@@ -37,6 +38,8 @@ class MtpDrafter:
         if n_max < 0:
             raise ValueError("--spec-draft-n-max must not be negative")
         self.model, self.block = model, blocks[0]
+        # the block's head (the target's own unless the block has one), over `vocab` ids
+        self.head = draft_head(self.block.head(model), vocab)
         self.n_max, self.n_min, self.p_min = n_max, n_min, p_min
         self.n_ctx = n_ctx_seq
         self.cache = self.block.make_cache(n_ctx_seq, n_seq)
@@ -58,10 +61,12 @@ class MtpDrafter:
         if n_max <= 0 or pos0 < 1 or min(history) < 0:  # images: no token to embed
             return []
         self._catch_up(seq, history[:pos0])
+        if isinstance(self.head, DraftVocabulary):
+            self.head.see(history)
         token, h, out = history[pos0], self.hidden[seq, pos0 - 1][None], []
         for pos in range(pos0, pos0 + n_max):
             h = self._forward(seq, [token], pos, h)
-            logits = self.block.logits(self.model, h)[0]
+            logits = self.head(h)[0]
             token, p = top_candidate(logits)
             if p < p_min:
                 break

@@ -25,6 +25,9 @@ SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash
               "draft-dspark", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
               "ngram-cache")
 SUPPORTED_TYPES = ("none", "draft-simple", "draft-mtp", "ngram-simple")
+# ids a draft's output head covers beyond those the sequences hold (engine/draft_vocab.py):
+# EAGLE-3's and FR-Spec's draft vocabularies for Llama 3's 128k
+DEFAULT_DRAFT_VOCAB = 32768
 
 
 class Drafter(Protocol):
@@ -182,6 +185,7 @@ class SpecConfig:
     n_min: int = 0  # --spec-draft-n-min
     p_min: float = 0.0  # --spec-draft-p-min
     n_ctx_draft: int = 0  # -cd (0: the target's context size)
+    draft_vocab: int = DEFAULT_DRAFT_VOCAB  # --spec-draft-vocab (ours; 0: the whole vocabulary)
     ngram_size_n: int = 12  # --spec-ngram-simple-size-n
     ngram_size_m: int = 48  # --spec-ngram-simple-size-m
 

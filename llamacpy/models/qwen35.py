@@ -275,8 +275,12 @@ class MTPBlock:
             else model.output_norm
         return rms_norm(x, head_norm, eps)
 
+    def head(self, model: "Qwen35Model"):
+        """The block's output head: its own, else the model's."""
+        return model.output if self.shared_head_head is None else self.shared_head_head
+
     def logits(self, model: "Qwen35Model", h: np.ndarray) -> np.ndarray:
-        return (model.output if self.shared_head_head is None else self.shared_head_head)(h)
+        return self.head(model)(h)
 
 
 class Qwen35Model(LlamaModel):

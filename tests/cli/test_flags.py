@@ -155,6 +155,7 @@ SPEC = {  # dest -> (argv, what the SpecConfig holds)
     "draft_min": (["-md", "{model}", "--spec-draft-n-min", "2"], lambda c: c.n_min == 2),
     "draft_p_min": (["-md", "{model}", "--draft-p-min", "0.5"], lambda c: c.p_min == 0.5),
     "ctx_size_draft": (["-md", "{model}", "-cd", "256"], lambda c: c.n_ctx_draft == 256),
+    "draft_vocab": (["-md", "{model}", "--spec-draft-vocab", "0"], lambda c: c.draft_vocab == 0),
     "spec_ngram_size_n": (["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "4"],
                           lambda c: c.ngram_size_n == 4),
     "spec_ngram_size_m": (["--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", "9"],
@@ -408,6 +409,8 @@ def test_sequence_breaker_none_clears_them():
                                   ["--sampling-seq", "kq"], ["--spec-type", "ngram-mod"],
                                   ["--spec-type", "bogus"], ["--spec-type", "draft-simple"],
                                   ["--draft-max", "8"], ["--spec-ngram-simple-size-n", "4"],
+                                  ["--spec-draft-vocab", "4096"],
+                                  ["--spec-draft-vocab", "-1"],
                                   ["--spec-type", "ngram-simple",
                                    "--spec-ngram-simple-size-m", "0"]])
 def test_bad_values_end_the_tool_with_one_line(argv, paths, capsys):
