@@ -3,6 +3,7 @@
 measures the mechanics and derives the acceptance a real model needs to gain.
 
     python bench/mtp_draft.py [MODEL] [-t THREADS] [-r REPEAT] [--n-draft 3] [--prompt 256]
+                              [--draft-vocab 32768]
 
 Per repeat, after a prompt: one plain decode step of the target; a draft of n tokens from the
 MTP block (the catch-up of the one new position plus n chained block steps, each with the LM
@@ -31,6 +32,8 @@ def main() -> None:
     ap.add_argument("-r", "--repeat", type=int, default=10)
     ap.add_argument("--n-draft", type=int, default=3)
     ap.add_argument("--prompt", type=int, default=256)
+    ap.add_argument("--draft-vocab", type=int, default=32768,
+                    help="ids the block's head covers besides those seen (0: all)")
     args = ap.parse_args()
 
     import numpy as np
@@ -45,7 +48,7 @@ def main() -> None:
     set_threads(args.threads)
     model = load_model(open_gguf(args.model))
     ctx = Context(model, n_ctx=args.prompt + 8 * (args.repeat + 2) * (args.n_draft + 2))
-    drafter = MtpDrafter(model, ctx.n_ctx_seq, 1, n_max=args.n_draft)
+    drafter = MtpDrafter(model, ctx.n_ctx_seq, 1, n_max=args.n_draft, vocab=args.draft_vocab)
     rng = np.random.default_rng(0)
     history = [int(t) for t in rng.integers(100, model.args.n_vocab - 100, args.prompt)]
     ctx.decode(Batch.from_tokens(history))

@@ -70,7 +70,7 @@ class DraftModel:
         out: list[int] = []
         while True:
             token = int(np.argmax(logits))
-            if top_probability(logits, token) < p_min:
+            if p_min > 0 and top_probability(logits, token) < p_min:  # p_min 0: skip the softmax
                 break
             out.append(token)
             if len(out) >= n_max:

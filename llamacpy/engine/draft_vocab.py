@@ -27,6 +27,7 @@ class DraftVocabulary:
         self.seen = np.zeros(self.n_vocab, bool)
         self.extra_ids = np.empty(0, np.int64)  # ids >= n_first seen so far
         self.extra_rows = head.weight[:0].copy()
+        self._ids: np.ndarray | None = None
 
     def see(self, tokens) -> None:
         """Add the ids in `tokens` past the first n_first to the head (their rows copied once)."""
@@ -37,6 +38,12 @@ class DraftVocabulary:
             self.seen[new] = True
             self.extra_ids = np.concatenate([self.extra_ids, new])
             self.extra_rows = np.concatenate([self.extra_rows, self.head.weight[new]])
+
+    def ids(self) -> np.ndarray:
+        """The ids covered, int64: 0..n_first - 1, then those seen since."""
+        if self._ids is None or len(self._ids) != self.n_first + len(self.extra_ids):
+            self._ids = np.concatenate([np.arange(self.n_first), self.extra_ids])
+        return self._ids
 
     def __call__(self, h: np.ndarray) -> np.ndarray:
         """h float32 [rows, in_features] -> logits float32 [rows, n_vocab]."""

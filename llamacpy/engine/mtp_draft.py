@@ -66,8 +66,7 @@ class MtpDrafter:
         token, h, out = history[pos0], self.hidden[seq, pos0 - 1][None], []
         for pos in range(pos0, pos0 + n_max):
             h = self._forward(seq, [token], pos, h)
-            logits = self.head(h)[0]
-            token, p = top_candidate(logits)
+            token, p = self._top_candidate(h)
             if p < p_min:
                 break
             out.append(token)
@@ -89,6 +88,16 @@ class MtpDrafter:
             h[1:] = self.hidden[seq, start:stop - 1]
             self._forward(seq, tokens[start:stop], start, h)
         self.tokens[seq] = list(tokens)
+
+    def _top_candidate(self, h: np.ndarray) -> tuple[int, float]:
+        """top_candidate of the head's logits for hidden state h [1, n_embd]; a draft vocabulary's
+        among the ids it covers (argpartition over 200k -inf ties takes ~40 ms)."""
+        logits = self.head(h)[0]
+        if not isinstance(self.head, DraftVocabulary):
+            return top_candidate(logits)
+        ids = self.head.ids()
+        i, p = top_candidate(logits[ids])
+        return int(ids[i]), p
 
     def _forward(self, seq: int, tokens: list[int], pos0: int, h: np.ndarray) -> np.ndarray:
         batch = Batch.from_tokens(tokens, pos0, seq, all_logits=True)

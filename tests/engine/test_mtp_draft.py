@@ -106,18 +106,27 @@ def test_drafts_follow_llama_cpp_chain(mtp_model, reference):
         m.hidden_sink = None
 
 
-def test_greedy_identical_with_mtp_drafts(mtp_model):
+@pytest.mark.parametrize("draft_vocab", [0, 16])
+def test_greedy_identical_with_mtp_drafts(mtp_model, draft_vocab):
+    """With the whole vocabulary and with a head over the first 16 ids and those seen
+    (--spec-draft-vocab): the target's greedy tokens either way."""
+    from llamacpy.engine.draft_vocab import DraftVocabulary
+
     m, tok = mtp_model
     prompt = [int(t) for t in np.random.default_rng(0).integers(3, 200, 24)]
     plain, _ = run(m, tok, prompt, None)
-    spec = build_speculator(SpecConfig(types=["draft-mtp"], n_max=3), tok, 256, 1,
-                            target_model=m)
+    spec = build_speculator(SpecConfig(types=["draft-mtp"], n_max=3, draft_vocab=draft_vocab),
+                            tok, 256, 1, target_model=m)
+    head = spec.drafters[0].head
+    assert isinstance(head, DraftVocabulary) == (draft_vocab > 0)
     try:
         fast, t = run(m, tok, prompt, spec)
     finally:
         m.hidden_sink = None
     assert fast == plain
     assert t["draft_n"] > 0 and spec.stats.n_steps > 0
+    if draft_vocab:
+        assert set(prompt) <= set(head.ids().tolist())
 
 
 def test_p_min_stops_drafts(mtp_model):
