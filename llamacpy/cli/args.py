@@ -186,7 +186,8 @@ FLAGS = [
       help="re-encode Q5_0/IQ4_NL weights as Q8_0: faster batched decoding, more memory "
            "(default: only llama-server with --parallel > 1)"),
     f("-nr", "--no-repack", dest="repack", type=SWITCH, const=False,
-      help="keep Q5_0/IQ4_NL (and Q6_K) weights as the file has them: less memory"),
+      help="keep Q5_0/IQ4_NL (and Q6_K) weights as the file has them: less memory (a draft "
+           "model's too, which is otherwise repacked)"),
     # model loading (llama.cpp's --load-mode; --mmap, --no-mmap, --mlock and -dio are its older,
     # deprecated spellings)
     f("-lm", "--load-mode", dest="load_mode", type=load_mode, default="auto",
@@ -670,7 +671,7 @@ def spec_config(args: argparse.Namespace):
     draft = str(resolve_model(args.model_draft)) if args.model_draft else None
     cfg = SpecConfig(types=parse_spec_types(args.spec_type or ""), draft_model=draft,
                      n_max=args.draft_max, n_min=args.draft_min, p_min=args.draft_p_min, n_ctx_draft=args.ctx_size_draft,
-                     draft_vocab=args.draft_vocab,
+                     draft_vocab=args.draft_vocab, repack_draft=args.repack is not False,
                      ngram_size_n=args.spec_ngram_size_n, ngram_size_m=args.spec_ngram_size_m)
     types = cfg.resolved_types()
     users = {"draft": ("draft-simple", "draft-mtp"), "ctx": ("draft-simple",),

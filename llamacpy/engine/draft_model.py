@@ -111,7 +111,7 @@ def build_speculator(cfg, target: Tokenizer, n_ctx: int, n_seq: int,
             continue
         gguf = open_gguf(cfg.draft_model)
         check_compatible(target, Tokenizer.from_gguf(gguf))
-        ctx = Context(load_model(gguf), n_ctx=cfg.n_ctx_draft or n_ctx,
+        ctx = Context(load_model(gguf, repack=cfg.repack_draft), n_ctx=cfg.n_ctx_draft or n_ctx,
                       n_seq=n_seq, n_threads=n_threads, n_threads_batch=n_threads_batch)
         drafters.append(DraftModel(ctx, cfg.n_max, cfg.n_min, cfg.p_min, cfg.draft_vocab))
     return Speculator(drafters) if drafters else None

@@ -389,6 +389,13 @@ def test_flag_reaches_the_code(tool, dest, paths, capsys):
     assert entry[1](r), f"{tool} {argv}: {dest} did not arrive"
 
 
+def test_no_repack_keeps_the_draft_models_weights(paths):
+    """A draft model is repacked (Q5_0 / IQ4_NL as Q8_0) unless --no-repack says otherwise."""
+    for argv, repack in (([], True), (["--repack"], True), (["--no-repack"], False)):
+        args = parse_args("server", "llama-server", "", ["-m", "m", "-md", paths["model"], *argv])
+        assert flags.spec_config(args).repack_draft is repack
+
+
 def test_sampling_seq_sets_the_sampler_order():
     for argv in (["--sampling-seq", "kt"], ["--sampler-seq", "kt"]):
         args = parse_args("cli", "llama-cli", "", ["-m", "m", *argv])
