@@ -670,8 +670,9 @@ def spec_config(args: argparse.Namespace):
 
     draft = str(resolve_model(args.model_draft)) if args.model_draft else None
     cfg = SpecConfig(types=parse_spec_types(args.spec_type or ""), draft_model=draft,
-                     n_max=args.draft_max, n_min=args.draft_min, p_min=args.draft_p_min, n_ctx_draft=args.ctx_size_draft,
-                     draft_vocab=args.draft_vocab, repack_draft=args.repack is not False,
+                     n_max=args.draft_max, n_min=args.draft_min, p_min=args.draft_p_min,
+                     n_ctx_draft=args.ctx_size_draft, draft_vocab=args.draft_vocab,
+                     repack_draft=args.repack is not False,
                      ngram_size_n=args.spec_ngram_size_n, ngram_size_m=args.spec_ngram_size_m)
     types = cfg.resolved_types()
     users = {"draft": ("draft-simple", "draft-mtp"), "ctx": ("draft-simple",),
