@@ -8,7 +8,8 @@ llama.cpp's defaults and shorter settings), acceptance rate, and whether the tex
 Rounds interleave the configurations; each generation is timed from its first token to its last
 (timings' predicted_ms: the target's prompt does not count), after one warm-up of each. A draft
 model keeps the prompt in its cache from run to run unless --fresh-draft. Prints medians,
-the ratio to the plain decode, acceptance (draft_n_accepted / draft_n) and tokens per step.
+the ratio to the plain decode, acceptance (draft_n_accepted / draft_n), tokens per step and the
+prompt's time (a draft model reads the prompt as part of it, as llama.cpp's does).
 """
 
 from __future__ import annotations
@@ -83,10 +84,9 @@ def main() -> None:
     p.add_argument("--draft-vocab", type=int, nargs="*", default=[32768],
                    help="draft heads to try with -md: ids covered (0: all; default 32768)")
     p.add_argument("--fresh-draft", action="store_true",
-                   help="a draft model forgets its cache before each run, so that its pass over "
-                        "the prompt counts in the generation time (llama.cpp drafts at the first "
-                        "generated token too); by default it keeps the prompt from the last run, "
-                        "as a cached prompt in a server would, and the figures are steady decode")
+                   help="a draft model forgets its cache before each run and reads the prompt "
+                        "again, as part of the prompt's time (as llama.cpp's does); by default "
+                        "it keeps the prompt from the last run, as a cached prompt would")
     p.add_argument("--show", action="store_true", help="print the generated text")
     args = p.parse_args()
     llm = Llama(str(resolve_model(args.model)), n_ctx=2048, n_threads=args.threads,
@@ -111,15 +111,18 @@ def report(args, prompt, results, texts) -> None:
     print(f"model {args.model}, {args.threads} thread(s), prompt {len(prompt)} tokens, "
           f"{len(texts['none'])} generated, {args.rounds} rounds (medians)")
     base = statistics.median(t["predicted_per_second"] for t in results["none"])
-    print(f"{'config':<30} {'tok/s':>7} {'ratio':>6} {'accept':>7} {'tok/step':>8} same")
+    print(f"{'config':<30} {'tok/s':>7} {'ratio':>6} {'accept':>7} {'tok/step':>8} "
+          f"{'prompt ms':>9} same")
     for name, ts in results.items():
         tps = statistics.median(t["predicted_per_second"] for t in ts)
+        prompt_ms = statistics.median(t["prompt_ms"] for t in ts)  # a draft's pass included
         t = ts[-1]
         drafted, ok = t.get("draft_n", 0), t.get("draft_n_accepted", 0)
         steps = t["predicted_n"] - ok  # each step gives one sampled token beyond the accepted
         accept = f"{ok / drafted:.1%}" if drafted else "-"
         print(f"{name:<30} {tps:7.2f} {tps / base:5.2f}x {accept:>7} "
-              f"{t['predicted_n'] / max(steps, 1):8.2f} {texts[name] == texts['none']}")
+              f"{t['predicted_n'] / max(steps, 1):8.2f} {prompt_ms:9.0f} "
+              f"{texts[name] == texts['none']}")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,14 @@ class DraftModel:
         self.slots = [Slot(ctx, i) for i in range(ctx.n_seq)]
         ctx.model.output = self.head = draft_head(ctx.model.output, vocab)
 
+    def begin(self, seq: int, tokens: list[int]) -> None:
+        """Read a decoded prompt into the draft's cache, so that the first draft decodes only
+        the sampled token (a prompt with images, or longer than the draft's context, is left to
+        `draft`, which declines it)."""
+        if not tokens or min(tokens) < 0 or len(tokens) + 2 > self.ctx.n_ctx_seq:
+            return
+        self.slots[seq].prefill(tokens)
+
     def draft(self, seq: int, history: list[int], n_max: int,
               p_min: float | None = None) -> list[int]:
         slot, p_min = self.slots[seq], self.p_min if p_min is None else p_min

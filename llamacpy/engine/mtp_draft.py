@@ -52,6 +52,12 @@ class MtpDrafter:
         """The target's forward hands over every row's final hidden state."""
         self.hidden[batch.seq_ids, batch.positions] = h
 
+    def begin(self, seq: int, tokens: list[int]) -> None:
+        """Fill the block's cache from a decoded prompt, whose hidden rows the target has just
+        handed over (a prompt with images is left to `draft`, which declines it)."""
+        if len(tokens) >= 1 and min(tokens) >= 0 and len(tokens) + 1 < self.n_ctx:
+            self._catch_up(seq, tokens)
+
     def draft(self, seq: int, history: list[int], n_max: int,
               p_min: float | None = None) -> list[int]:
         """Up to n_max guesses after history[-1] (sampled, not yet decoded by the target)."""

@@ -234,6 +234,10 @@ class Sequence:
         else:
             self.t_prompt += seconds
             self.n_prompt_done += len(cells)
+            if self.speculator is not None and self.n_prompt_done == len(self.prompt):
+                t0 = time.perf_counter()  # the drafter's pass over the prompt is prompt time
+                self.speculator.begin(self.slot.id, self.slot.tokens)
+                self.t_prompt += time.perf_counter() - t0
 
     def verify(self, logits: np.ndarray) -> None:
         """`advance` row by row (logits [1 + len(draft), n_vocab]) while the sampled token equals

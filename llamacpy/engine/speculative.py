@@ -133,6 +133,15 @@ class Speculator:
     def types(self) -> list[str]:
         return [getattr(d, "spec_type", type(d).__name__) for d in self.drafters]
 
+    def begin(self, seq: int, tokens: list[int]) -> None:
+        """Sequence `seq` has decoded its prompt `tokens`: drafters with state of their own (a
+        draft model's cache, an MTP block's) read it now, as part of the prompt (llama.cpp:
+        common_speculative_process with each prompt batch), not at the first draft."""
+        for drafter in self.drafters:
+            begin = getattr(drafter, "begin", None)
+            if begin is not None:
+                begin(seq, tokens)
+
     def draft(self, seq: int, history: list[int], n_room: int, params: SpecParams) -> list[int]:
         """At most min(params.n_max, n_room) tokens, or none when fewer than params.n_min."""
         n_max = n_room if params.n_max is None else min(params.n_max, n_room)

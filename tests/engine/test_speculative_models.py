@@ -79,3 +79,22 @@ def test_draft_model_greedy_identical_and_vocab_checked(model_paths):
     qwen = Tokenizer.from_gguf(str(model_paths["qwen2.5-coder-0.5b"]))
     with pytest.raises(ValueError, match="draft model vocab"):
         build_speculator(SpecConfig(draft_model=path), qwen, 1024, 1)
+
+
+def test_draft_model_reads_the_prompt_with_the_prompt(model_paths):
+    """As llama.cpp's common_speculative_process: the draft model decodes the prompt right after
+    the target does, before the first token is sampled, so the first draft decodes only the
+    sampled token and the draft's pass counts as prompt time."""
+    from llamacpy.engine.draft_model import build_speculator
+    from llamacpy.engine.speculative import SpecConfig
+
+    path = str(model_paths["smollm2-135m"])
+    llm = Llama(path, n_ctx=1024, verbose=False)
+    tokens = edit_prompt(llm)
+    spec = build_speculator(SpecConfig(draft_model=path, n_max=3), llm._tokenizer, 1024, 1)
+    calls = []
+    for name, ctx in (("target", llm._scheduler.ctx), ("draft", spec.drafters[0].ctx)):
+        ctx.decode = lambda b, name=name, f=ctx.decode: calls.append((name, len(b))) or f(b)
+    out, timings = greedy(llm, tokens, spec, 8)
+    assert calls[:3] == [("target", len(tokens)), ("draft", len(tokens)), ("draft", 1)]
+    assert timings["draft_n"] > 0 and len(out) == 8
