@@ -140,6 +140,21 @@ def last_answer(page):
     return page.locator(".msg.assistant .content").last
 
 
+def wait_saved(page) -> None:
+    """Wait for the app's last IndexedDB save: a store's read-write transactions complete in the
+    order they were made, and a click handler's save is made before this one (a reload right
+    after a click, on a loaded machine, lost the branch switched to)."""
+    page.evaluate("""() => new Promise((done, fail) => {
+        const req = indexedDB.open("llamacpy-webui");
+        req.onerror = () => fail(req.error);
+        req.onsuccess = () => {
+            const t = req.result.transaction("conversations", "readwrite");
+            t.oncomplete = () => { req.result.close(); done(); };
+            t.onerror = () => fail(t.error);
+        };
+    })""")
+
+
 def slots_busy(server) -> list[bool]:
     r = httpx.get(f"{server.url}/slots", headers={"Authorization": f"Bearer {KEY}"}, timeout=10)
     return [s["is_processing"] for s in r.json()]
@@ -254,6 +269,7 @@ def test_edit_and_regenerate_create_branches(smol, open_page):
     assert page.locator(".msg.user .text").inner_text() == "Name a colour."
     # its answers are kept; the newest one shows
     assert page.locator(".msg.assistant .position").inner_text() == "2/2"
+    wait_saved(page)
     page.reload()  # the tree is stored, not only the branch shown
     page.wait_for_selector(".msg.user .position")
     assert page.locator(".msg.user .text").inner_text() == "Name a colour."
