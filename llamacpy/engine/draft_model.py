@@ -62,7 +62,7 @@ class DraftModel:
         """Read a decoded prompt into the draft's cache, so that the first draft decodes only
         the sampled token (a prompt with images, or longer than the draft's context, is left to
         `draft`, which declines it)."""
-        if not tokens or min(tokens) < 0 or len(tokens) + 2 > self.ctx.n_ctx_seq:
+        if not tokens or min(tokens) < 0 or len(tokens) + 2 >= self.ctx.n_ctx_seq:
             return
         self.slots[seq].prefill(tokens)
 

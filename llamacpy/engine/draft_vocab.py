@@ -58,8 +58,6 @@ class DraftVocabulary:
 
 def draft_head(head, n_first: int):
     """`head` itself where n_first is 0 or covers the vocabulary, else its DraftVocabulary."""
-    if n_first < 0:
-        raise ValueError("--spec-draft-vocab must not be negative")
     if n_first == 0 or n_first >= head.out_features:
         return head
     return DraftVocabulary(head, n_first)

@@ -191,11 +191,12 @@ class Scheduler:
         self.metrics.n_busy_slots += len(parts)
         row = 0
         for seq, cells, n_logits in parts:
-            seq.decoded(cells, dt)
-            if n_logits:
+            # a finished prompt is read by the drafters here: a failure there is this request's
+            self._guarded(seq, seq.decoded, cells, dt)
+            if n_logits and not seq.finished:
                 self._guarded(seq, seq.verify, logits[row:row + n_logits])
-                row += n_logits
-            if seq.finished:
+            row += n_logits
+            if seq.finished and seq.slot.seq is seq:  # not yet released by _fail
                 self._release(seq.slot)
         return True
 

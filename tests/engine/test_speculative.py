@@ -262,3 +262,27 @@ def test_sampled_distribution_is_the_targets():
     assert spec.stats.n_draft > 0 and 0 < spec.stats.n_accepted < spec.stats.n_draft
     assert chi_square_p(counts, expected, n) > 1e-3
     assert chi_square_p(guessed, expected, n) < 1e-6
+
+
+def test_a_drafter_failing_on_the_prompt_fails_only_its_request():
+    """Speculator.begin runs a drafter over the decoded prompt inside the scheduler's step: an
+    error there ends that request with an error event, and the next request runs."""
+    fn = repeating([40, 41, 42, 43])
+
+    class Broken:
+        n_max = 2
+
+        def begin(self, seq, tokens):
+            raise RuntimeError("draft cache full")
+
+        def draft(self, seq, history, n_max):
+            return [fn(history)][:n_max]
+
+    ctx, tok = stub_context(fn, n_ctx=512)
+    sched = Scheduler(ctx, tok, speculator=Speculator([Broken()]))
+    events = list(sched.generate(Request(Prompt([1, 2, 3]), GREEDY, n_predict=8)))
+    assert events[-1]["type"] == "error" and "draft cache full" in events[-1]["message"]
+    assert not any(s.busy for s in sched.slots)
+    sched.speculator = Speculator([NgramSimple(size_n=2, size_m=8)])
+    events = list(sched.generate(Request(Prompt([1, 2, 3]), GREEDY, n_predict=8)))
+    assert events[-1]["type"] == "done" and events[-1]["timings"]["predicted_n"] == 8
