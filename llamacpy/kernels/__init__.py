@@ -16,9 +16,12 @@ import numpy as np
 from . import cache_stamp  # noqa: F401  (before any kernel is defined: cache stamps)
 from . import runtime  # noqa: F401  (before any kernel compiles: fp16 routines)
 from . import fast_inline  # noqa: F401  (before any kernel compiles: cheaper inlining)
+from .compiler_pages import install as release_llvm_after_compiles
 from .dequant import dequantize_rows
 from .matmul import matmul
 from .matvec import matvec
+
+release_llvm_after_compiles()  # before any kernel loads: its LLVM pages go before it runs
 
 __all__ = ["dequantize_rows", "get_threads", "matmul", "matvec", "set_threads"]
 

@@ -461,6 +461,8 @@ def _plain(types) -> bool:
 def attend(q, k_cache, v_cache, q_pos, n_swa, scale, out, types=None) -> np.ndarray:
     """Dispatch by batch size, head size and KV types ((type_k, type_v), kv_quant names; None:
     f16 or f32 as the arrays' dtypes say); returns out."""
+    if q.shape[0] >= BLAS_MIN_TOKENS:
+        _load_one_token_kernel(q, k_cache, v_cache, q_pos, n_swa, scale, out, types)
     if not _plain(types):
         return _attend_typed(q, k_cache, v_cache, q_pos, n_swa, scale, out, types)
     if q.shape[0] >= BLAS_MIN_TOKENS:
@@ -472,6 +474,20 @@ def attend(q, k_cache, v_cache, q_pos, n_swa, scale, out, types=None) -> np.ndar
         attend_cached(np.ascontiguousarray(q), k_cache, v_cache, q_pos, n_swa, np.float32(scale),
                       out, by_head)
     return out
+
+
+_one_token_loaded: set = set()
+
+
+def _load_one_token_kernel(q, k_cache, v_cache, q_pos, n_swa, scale, out, types) -> None:
+    """Before a process's first prompt through BLAS, attend its first row as a decode step would
+    (the prompt then writes that row again). Loading a kernel maps ~10 MiB of LLVM for a moment
+    (kernels/compiler_pages.py): here few weights are resident yet, where at the first decode
+    after the prompt that would sit on top of all of them, the run's peak RSS."""
+    key = (k_cache.dtype.str, v_cache.dtype.str, types, get_num_threads())
+    if key not in _one_token_loaded:
+        _one_token_loaded.add(key)
+        attend(q[:1], k_cache, v_cache, q_pos[:1], n_swa, scale, out[:1], types)
 
 
 def _attend_typed(q, k_cache, v_cache, q_pos, n_swa, scale, out, types) -> np.ndarray:

@@ -6,6 +6,8 @@ this process, and nothing runs them again until another kernel compiles or loads
 are clean copies of the file, so madvise(MADV_DONTNEED) takes them out of the resident set and
 a later compile faults them back in from the page cache, as the OS does under memory pressure.
 A prompt's peak RSS falls by that much (docs/PERFORMANCE.md, "Issue 17 on Zen 4, 2026-12-07").
+They go as soon as numba lets go of its compiler lock, before the kernel just loaded first runs:
+each load maps ~10 MiB again, and the kernel's weights would stack on top of them.
 LLAMACPY_RELEASE_LLVM=0 keeps them.
 """
 
@@ -89,6 +91,38 @@ def jit_symbols() -> set | frozenset:
         return symbols if isinstance(symbols, set) else frozenset()
     except Exception:
         return frozenset()
+
+
+class _ReleaseAfterCompile:
+    """numba holds its compiler lock while a kernel compiles or loads from the cache; when the
+    outermost hold ends, LLVM's pages go (numba.core.event listener, a `Listener` subclass made
+    in `install`: numba is imported only then)."""
+
+    def __init__(self):
+        self._depth = threading.local()
+
+    def on_start(self, event) -> None:
+        self._depth.n = getattr(self._depth, "n", 0) + 1
+
+    def on_end(self, event) -> None:
+        self._depth.n = max(getattr(self._depth, "n", 1) - 1, 0)
+        if self._depth.n == 0:
+            release_if_loaded()
+
+
+_installed = False
+
+
+def install() -> None:
+    """Release after every kernel compile or cache load (once per process; no-op when disabled)."""
+    global _installed
+    if _installed or not ENABLED:
+        return
+    from numba.core import event
+
+    listener = type("ReleaseAfterCompile", (_ReleaseAfterCompile, event.Listener), {})()
+    event.register("numba:compiler_lock", listener)
+    _installed = True
 
 
 def release_if_loaded() -> bool:

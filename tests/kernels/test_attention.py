@@ -90,6 +90,27 @@ def test_dispatch_covers_all_head_sizes():
         assert np.allclose(out, attend_reference(q, k, v, pos, 0, 0.1), atol=1e-6)
 
 
+def test_a_first_prompt_loads_the_one_token_kernel(monkeypatch):
+    """attend() sends a process's first prompt's first row through the decode kernel as well, so
+    that kernel loads before the weights are resident (kernels/compiler_pages.py), once per cache
+    type and thread count; the prompt's result is the BLAS path's alone, bit for bit."""
+    from llamacpy.kernels import attention
+
+    rng = np.random.default_rng(3)
+    k, v = cache(40, 2, 64, "f16", rng), cache(40, 2, 64, "f16", rng)
+    pos = np.arange(20, 40, dtype=np.int32)
+    q = rng.standard_normal((20, 14, 64)).astype(np.float32)
+    rows, real = [], attention.attend_cached
+    monkeypatch.setattr(attention, "_one_token_loaded", set())
+    monkeypatch.setattr(attention, "attend_cached",
+                        lambda q, *args: rows.append(len(q)) or real(q, *args))
+    out = attend(q, k, v, pos, 0, 0.125, np.full((20, 14, 64), np.nan, np.float32))
+    assert rows == [1]
+    assert np.array_equal(out, run(attend_prompt, q, k, v, pos, 0, 0.125))
+    attend(q, k, v, pos, 0, 0.125, out)
+    assert rows == [1]
+
+
 @njit(cache=False)
 def _exp(x, out):
     for i in range(0, x.shape[0], 8):
