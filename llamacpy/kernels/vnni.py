@@ -64,8 +64,9 @@ ENABLED = AVAILABLE and os.environ.get("LLAMACPY_VNNI", "1") != "0"
 STRIPS, TOKENS, LANES = (2, 6, 16) if HAS_VNNI else (2, 3, 8)
 KC = 512  # k per chunk: 2 strips x 512 x 2 bytes = 32 KiB of weights in L1
 DIRECT_STORES = os.environ.get("LLAMACPY_VNNI_DIRECT", "1") != "0"  # 0: through Y (to compare)
-# int16 weights unpacked per panel of rows: 1 MiB runs as fast as 4 (2026-12-07, Zen 4; 512 KiB
-# was 3% slower on Gemma 3) and its panel and output scratch take 4-14 MiB less of a prompt's peak
+# int16 weights unpacked per panel of rows, per thread: at 1 thread 1 MiB runs as fast as 4
+# (2026-12-07, Zen 4; 512 KiB was 3% slower on Gemma 3) and its panel and output scratch take
+# 4-14 MiB less of a prompt's peak; at 2 threads 2 MiB was as fast as 4 and 1 MiB 2% slower
 PANEL_BYTES = 1 << 20
 
 I32, F32 = ir.IntType(32), ir.FloatType()
@@ -770,7 +771,8 @@ def vnni_matmul(w: np.ndarray, ggml_type: GGMLType, X: np.ndarray, out: np.ndarr
         w = w.view(np.uint16)
     strip_rows = STRIPS * LANES
     panel = min(-(-rows // strip_rows) * strip_rows,
-                max(strip_rows, PANEL_BYTES // (2 * n) // strip_rows * strip_rows))
+                max(strip_rows, PANEL_BYTES * max(1, numba.get_num_threads()) // (2 * n)
+                    // strip_rows * strip_rows))
     n_strips = panel // LANES
     Wp = _scratch("Wp", n_strips * half * LANES, np.int32)
     WS = _scratch("WS", n_strips * nb * LANES, np.float32)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 
+import numba
 import numpy as np
 import pytest
 
@@ -115,9 +116,14 @@ def test_rows_longer_than_a_k_chunk(name, rows):
     _run(name, rows, 3 * vnni.KC + 256, 13)  # three full chunks and a partial one
 
 
+def per_thread(panel_bytes: int) -> int:
+    """PANEL_BYTES for panels of panel_bytes at this process's thread count (it is per thread)."""
+    return panel_bytes // max(1, numba.get_num_threads())
+
+
 @pytest.mark.parametrize("rows", [150, 160])
 def test_several_panels_the_last_partial(monkeypatch, rows):
-    monkeypatch.setattr(vnni, "PANEL_BYTES", 2 * 512 * 64)  # 64-row panels
+    monkeypatch.setattr(vnni, "PANEL_BYTES", per_thread(2 * 512 * 64))  # 64-row panels
     _run("Q4_K", rows, 512, 9)
 
 
@@ -127,7 +133,7 @@ def test_direct_stores_are_the_store_pass_bit_for_bit(monkeypatch, name, gated):
     """Whole strips are written to out by the micro-kernel's last K chunk (with the gated FFN's
     activation applied there): the same bits as the pass over Y with elementwise's kernels, over
     several K chunks and panels and a token count off the 6-token tile."""
-    monkeypatch.setattr(vnni, "PANEL_BYTES", 2 * 2048 * 64)  # 64-row panels
+    monkeypatch.setattr(vnni, "PANEL_BYTES", per_thread(2 * 2048 * 64))  # 64-row panels
     w = synth_blocks(name, 128, 2048, seed=9)
     X = np.random.default_rng(10).standard_normal((23, 2048)).astype(np.float32)
     gate = np.random.default_rng(11).standard_normal((23, 128)).astype(np.float32) * 4
