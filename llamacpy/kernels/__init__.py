@@ -30,8 +30,8 @@ _BLAS_SET_THREADS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_nu
                      "openblas_set_num_threads64_", "openblas_set_num_threads")
 
 
-def _openblas_setter():
-    """The loaded OpenBLAS's set_num_threads, or None (another BLAS, or none found)."""
+def _openblas():
+    """The loaded OpenBLAS and its set_num_threads, or (None, None) (another BLAS, or none)."""
     libs = os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs", "*openblas*")
     for path in glob.glob(libs) + [None]:
         try:
@@ -42,8 +42,34 @@ def _openblas_setter():
             fn = getattr(lib, name, None)
             if fn is not None:
                 fn.argtypes = [ctypes.c_int]
-                return fn
-    return None
+                return lib, fn
+    return None, None
+
+
+def _openblas_setter():
+    """The loaded OpenBLAS's set_num_threads, or None."""
+    return _openblas()[1]
+
+
+def quiet_openblas_workers() -> bool:
+    """Make OpenBLAS's idle workers sleep at once where numpy loaded it before llamacpy set
+    OPENBLAS_THREAD_TIMEOUT (a script that imports numpy first): they would spin ~0.1 s after
+    each call on the cores numba's threads need next, and a 2-thread prompt ran 3.5x slower.
+    OpenBLAS reads the variable when it loads, so it is read again and the workers restarted
+    (they start again with the next threaded call). True if they were."""
+    lib, _ = _openblas()
+    wanted = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "")
+    needed = ("openblas_thread_timeout", "openblas_read_env", "blas_thread_shutdown_")
+    if lib is None or not wanted.isdigit() or not all(hasattr(lib, n) for n in needed):
+        return False
+    if lib.openblas_thread_timeout() == int(wanted):
+        return False
+    lib.openblas_read_env()
+    lib.blas_thread_shutdown_()
+    return True
+
+
+quiet_openblas_workers()  # where numpy was imported first
 
 
 _requested_threads: int | None = None  # the last set_threads, for threads started later

@@ -66,7 +66,7 @@ KC = 512  # k per chunk: 2 strips x 512 x 2 bytes = 32 KiB of weights in L1
 DIRECT_STORES = os.environ.get("LLAMACPY_VNNI_DIRECT", "1") != "0"  # 0: through Y (to compare)
 # int16 weights unpacked per panel of rows, per thread: at 1 thread 1 MiB runs as fast as 4
 # (2026-12-07, Zen 4; 512 KiB was 3% slower on Gemma 3) and its panel and output scratch take
-# 4-14 MiB less of a prompt's peak; at 2 threads 2 MiB was as fast as 4 and 1 MiB 2% slower
+# 4-14 MiB less of a prompt's peak; at 2 threads 2 MiB was as fast as 4 and 1 MiB 1-5% slower
 PANEL_BYTES = 1 << 20
 
 I32, F32 = ir.IntType(32), ir.FloatType()

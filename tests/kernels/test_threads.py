@@ -62,3 +62,34 @@ def test_kernels_in_two_threads_at_once():
         assert all(np.array_equal(r, want[i]) for r in runs)
     if NOGIL:
         assert numba.threading_layer() in ("tbb", "omp")
+
+
+QUIET_AFTER_NUMPY = """
+import numpy as np
+import llamacpy.kernels as kernels
+lib, _ = kernels._openblas()
+if lib is None or not hasattr(lib, "openblas_thread_timeout"):
+    print("no OpenBLAS")
+else:
+    print(lib.openblas_thread_timeout())
+    a = np.ones((300, 300), np.float32)
+    kernels.set_threads(2)
+    assert float((a @ a)[0, 0]) == 300.0  # the restarted workers still multiply
+"""
+
+
+def test_openblas_workers_sleep_when_numpy_came_first():
+    """A script that imports numpy before llamacpy loads OpenBLAS before OPENBLAS_THREAD_TIMEOUT
+    is set; its idle workers then spun on the cores numba's threads needed (a 2-thread prompt
+    3.5x slower). Importing the kernels makes OpenBLAS read the variable again."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    out = subprocess.run([sys.executable, "-c", QUIET_AFTER_NUMPY], capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    if out.stdout.strip() == "no OpenBLAS":
+        pytest.skip("numpy's BLAS is not an OpenBLAS with these entry points")
+    assert out.stdout.split() == ["4"]
