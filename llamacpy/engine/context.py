@@ -68,7 +68,6 @@ class Context:
                 self.cache.commit(s.seq, s.pos0 + s.stop - s.start)
             if len(logits):
                 outputs.append(logits)
-        release_if_loaded()  # LLVM's pages, once this step's kernels are loaded
         if len(batch) >= TRIM_HEAP_TOKENS:  # a prompt's freed buffers back to the OS
             trim_heap()
         if not outputs:

@@ -126,9 +126,9 @@ def install() -> None:
 
 
 def release_if_loaded() -> bool:
-    """release() if a kernel was compiled or loaded since the last call: one set's length, cheap
-    enough for every kernel call, so a prompt or step that loads kernels drops LLVM's pages
-    before it touches most of the weights."""
+    """release() if a kernel was compiled or loaded since the last call (one set's length): the
+    listener above calls it when numba lets go of its compiler lock, and a new context once for
+    what importing numba mapped."""
     global _symbols, _seen
     if _symbols is None:
         _symbols = jit_symbols() if ENABLED else frozenset()

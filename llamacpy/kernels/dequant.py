@@ -27,7 +27,6 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import load_item, store_item
 
 from ..format.constants import GGML_QUANT_SIZES, GGMLType
-from .compiler_pages import release_if_loaded
 from .threading_layer import NOGIL
 
 FASTMATH = {"contract"}  # lets LLVM fuse multiply-adds (FMA); no reassociation
@@ -502,7 +501,6 @@ def call_kernel(kernel, *args) -> None:
         return kernel(*args)
     finally:
         numba.config.SLP_VECTORIZE = old
-        release_if_loaded()  # the first call per signature loads LLVM's code: drop it again
 
 
 def output_array(out: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:

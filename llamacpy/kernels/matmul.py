@@ -36,7 +36,6 @@ from ..format.constants import GGMLType
 from .dequant import (FASTMATH, ROW_KERNELS, call_kernel, dq_bf16, dq_f16, dq_iq4_xs, dq_q2_k,
                       dq_q3_k, dq_q5_1, dq_q5_k, ld, ld2, output_array, row_length,
                       weight_view)
-from .compiler_pages import release_if_loaded
 from .elementwise import gated_1d
 from .float_tiles import float_tiles, tiles_fit
 from .kquant_tokens import tokens_q4_k, tokens_q6_k
@@ -826,7 +825,6 @@ def matmul(w_blocks: np.ndarray, ggml_type: int, X: np.ndarray,
                     out, row_chunks(rows))
     else:
         _tiled(w_blocks, ggml_type, X, out)
-    release_if_loaded()  # a prompt's first matmuls load its kernels: LLVM is idle from here
     return out
 
 
